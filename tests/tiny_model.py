@@ -1,0 +1,74 @@
+"""A tiny random Qwen2 causal LM + byte-level BPE tokenizer with a chat template, built offline.
+
+What it is: the one helper every test and benchmark uses to get a model directory that loads through
+exactly the same code path as a real HF model (config.json + model.safetensors + tokenizer files).
+What it is not: a model that can do anything useful; its weights are random (seeded).
+"""
+import os
+
+# The alphabet the tokenizer is trained on: enough Python and prose that any text round-trips
+# (byte-level BPE can encode any string anyway; training only decides which merges exist).
+_CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "assert add(1, 2) == 3\n",
+    "Write a function to find the minimum of a list.\n",
+    "```python\nprint(sum(map(int, input().split())))\n```\n",
+    "Input/Output: Steps: Conditions: Loops: for i in range(n): if x > 0: while True: break\n",
+    "The quick brown fox jumps over the lazy dog. 0123456789 ()[]{}<>=+-*/%,.:;'\"#_!?\n",
+]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tokenizer(vocab_size=400):
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(_CORPUS * 4, vocab_size=vocab_size, min_frequency=1, special_tokens=specials)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
+    # Qwen2 style: <|im_end|> ends an assistant turn, <|endoftext|> pads.
+    tok.eos_token = "<|im_end|>"
+    tok.pad_token = "<|endoftext|>"
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_model(path, seed=0, num_layers=2, hidden=64, tie=True):
+    """Write a tiny random Qwen2 model directory to `path` and return `path`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    os.makedirs(path, exist_ok=True)
+    tok = build_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=tie,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(build_tiny_model(sys.argv[1] if len(sys.argv) > 1 else "/tmp/tiny-qwen2"))
