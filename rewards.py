@@ -1,0 +1,185 @@
+"""Rewards and metrics: pure functions from sandbox measurements (pass rates, CPU seconds, peak bytes) to
+numbers.
+
+What it is: the Planner reward (pass rate of the code the frozen Coder writes from a thought, then a
+sigmoid-weighted CPU-time bonus), the Coder reward (pass rate, then a space-efficiency bonus relative to
+O_target, the lowest peak memory among the group's all-passing programs), the unbiased pass@k estimator,
+APR (average pass rate), Collaboration Gain, and a toy reward for train.py's sanity-check stage.
+Not yet here: rewards for the MapCoder-style Retrieval and Debugging agents.
+
+What it is not: nothing here runs code, loads a model or imports torch; the inputs are plain numbers the
+sandbox measured. GRPO's group normalisation of these rewards lives in grpo.py.
+
+The paper's exact reward formulas are not available to us. Every choice below is a keyword argument
+with a default, and its docstring line starts "our choice:". The one property we treat as
+non-negotiable, because the method description puts correctness first and efficiency second, is
+lexicographic: *more tests passed always beats faster / leaner*, exactly, for any inputs. The efficiency
+bonus is therefore only ever earned by programs that pass all their tests, and (for the Planner, whose
+reward averages M programs) its scale is capped below the smallest pass-rate gap in the group.
+
+References: Chen et al. 2021 (arXiv:2107.03374) for pass@k; DeepSeekMath (Shao et al. 2024) for GRPO's
+group-relative rewards; DESIGN.md for the CoRe-Code reward description we implement.
+"""
+import math
+
+import numpy as np
+
+
+def _sigmoid(x):
+    # Written to never overflow exp() for large |x|.
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _measured(x):
+    """True for a usable measurement: a finite number >= 0 (None / NaN / negative mean 'not measured')."""
+    return (x is not None and isinstance(x, (int, float, np.integer, np.floating))
+            and math.isfinite(x) and x >= 0)
+
+
+def _check_rates(rates, what):
+    for p in rates:
+        if not (isinstance(p, (int, float, np.integer, np.floating)) and 0.0 <= p <= 1.0):
+            raise ValueError(f"{what}: pass rates must be numbers in [0, 1], got {p!r}")
+
+
+def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3, tie_margin=0.5):
+    """Rewards of one group of G Algorithmic Thoughts: pass_rates[g][m], cpu_s[g][m] for the M programs
+    the frozen Coder wrote from thought g. Returns G floats in [0, 1 + w_time).
+
+        r_g   = P_g + w_eff * B_g
+        P_g   = mean_m pass_rates[g][m]                                   (correctness first)
+        B_g   = mean_m s_gm,  s_gm = sigmoid(sharpness * (t_ref - t_gm) / max(t_ref, min_cpu_s))
+                for programs that pass all tests, s_gm = 0 otherwise       (then time)
+        t_ref = median CPU time of the group's all-passing programs (all G*M of them)
+        w_eff = min(w_time, tie_margin * delta), delta = the smallest gap P_g - P_h > 0 between a
+                thought g and a thought h that earns a bonus (B_h > 0); w_eff = w_time if none exists.
+
+    Why this is exactly lexicographic: if P_g > P_h then P_g - P_h >= delta > w_eff >= w_eff*(B_h - B_g)
+    (B is in [0, 1)), so r_g > r_h. With M = 1 a bonus earner has P_h = 1, nothing beats it, and
+    w_eff = w_time. Among thoughts with equal P, the one whose all-passing programs are faster wins.
+    A group where nothing passes gets all rewards exactly 0.
+
+    w_time: our choice 0.1, the largest time bonus (a tenth of full correctness) because efficiency is
+        the second criterion and GRPO normalises rewards per group anyway (only ordering and relative
+        spacing reach the advantages).
+    sharpness: our choice 4.0, the sigmoid slope k: half the median time -> 0.88, the median -> 0.5,
+        twice the median -> 0.02; because the paper says "sigmoid weighting" and time ratios of about
+        2x are where CPU-time differences stop being noise for small programs.
+    min_cpu_s: our choice 1 ms floor on the reference time, because the relative difference of times
+        below ~1 ms is measurement noise (and it avoids dividing by 0).
+    tie_margin: our choice 0.5 (must be in (0, 1)): the time bonus may use at most half of the smallest
+        pass-rate gap, because that keeps "more tests passed beats faster" strict for any inputs.
+    An all-passing program whose CPU time is missing (None / NaN / < 0) earns no time bonus: our choice,
+        because a failed measurement must never be rewarded.
+    """
+    if not 0.0 < tie_margin < 1.0:
+        raise ValueError(f"tie_margin must be in (0, 1), got {tie_margin}")
+    if w_time < 0 or sharpness < 0 or min_cpu_s <= 0:
+        raise ValueError("w_time and sharpness must be >= 0 and min_cpu_s > 0")
+    if len(pass_rates) != len(cpu_s):
+        raise ValueError(f"pass_rates has {len(pass_rates)} thoughts but cpu_s has {len(cpu_s)}")
+    for g, (ps, ts) in enumerate(zip(pass_rates, cpu_s)):
+        if len(ps) != len(ts) or len(ps) == 0:
+            raise ValueError(f"thought {g}: {len(ps)} pass rates vs {len(ts)} CPU times (need equal, >= 1)")
+        _check_rates(ps, f"thought {g}")
+    P = [float(np.mean(ps)) for ps in pass_rates]  # (G,)
+    # The all-passing programs are the only ones whose speed counts.
+    times = [t for ps, ts in zip(pass_rates, cpu_s) for p, t in zip(ps, ts) if p >= 1.0 and _measured(t)]
+    if not times:
+        return P
+    t_ref = float(np.median(times))
+    scale = max(t_ref, min_cpu_s)
+    B = [float(np.mean([_sigmoid(sharpness * (t_ref - t) / scale) if p >= 1.0 and _measured(t) else 0.0
+                        for p, t in zip(ps, ts)]))
+         for ps, ts in zip(pass_rates, cpu_s)]  # (G,) each in [0, 1)
+    gaps = [Pg - Ph for Pg in P for Ph, Bh in zip(P, B) if Bh > 0 and Pg > Ph]
+    w_eff = min(w_time, tie_margin * min(gaps)) if gaps else w_time
+    return [p + w_eff * b for p, b in zip(P, B)]
+
+
+def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20):
+    """Rewards of one group of G programs written from the same thought. Returns G floats in
+    [0, 1 + w_mem].
+
+        r_i      = p_i + w_mem * b_i
+        b_i      = (O_target + smooth_bytes) / (peak_i + smooth_bytes)   if program i passes all tests
+                 = 0                                                     otherwise
+        O_target = the lowest peak memory among the group's all-passing programs
+
+    The bonus is 1 (its maximum) for the O_target program and falls strictly as peak memory grows; it
+    is only earned with a pass rate of 1, so any all-passing program (r >= 1) beats any program that
+    fails a test (r = p < 1): more tests passed always beats less memory, exactly, whatever w_mem.
+
+    w_mem: our choice 0.1, the largest memory bonus, for the same reason as planner_rewards' w_time.
+    smooth_bytes: our choice 1 MiB added to both peaks: a ratio O_target/peak needs a guard anyway (the
+        sandbox reports peak memory *above a no-op child*, often 0 for tiny programs), and differences
+        far below a megabyte are allocator noise, so they should move the bonus only a little, while
+        the bonus stays strictly decreasing in peak memory.
+    An all-passing program whose peak is missing (None / NaN / < 0) earns no bonus (reward exactly 1):
+        our choice, because a failed measurement must never be rewarded.
+    """
+    if len(pass_rates) != len(peak_bytes):
+        raise ValueError(f"{len(pass_rates)} pass rates but {len(peak_bytes)} peak measurements")
+    if w_mem < 0 or smooth_bytes <= 0:
+        raise ValueError("w_mem must be >= 0 and smooth_bytes > 0")
+    _check_rates(pass_rates, "coder group")
+    passing = [i for i, (p, m) in enumerate(zip(pass_rates, peak_bytes)) if p >= 1.0 and _measured(m)]
+    rewards = [float(p) for p in pass_rates]
+    if not passing:
+        return rewards
+    target = min(float(peak_bytes[i]) for i in passing)
+    for i in passing:
+        rewards[i] += w_mem * (target + smooth_bytes) / (float(peak_bytes[i]) + smooth_bytes)
+    return rewards
+
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k estimate from n samples of which c are correct (Chen et al. 2021):
+    1 - C(n-c, k) / C(n, k), computed as 1 - prod_{j=n-c+1..n} (1 - k/j), which never forms the huge
+    binomials. Exact at the edges: c = 0 -> 0.0; n - c < k -> 1.0 (every k-subset holds a correct one).
+    """
+    for name, v in (("n", n), ("c", c), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ValueError(f"{name} must be an int, got {v!r}")
+    if not (n >= 1 and 0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if c == 0:
+        return 0.0
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def mean_pass_at_k(per_problem, k):
+    """Mean pass@k over problems. per_problem[i] is the list of the n_i samples of problem i, each a
+    bool or a pass rate (a sample is correct when it passes all tests, i.e. its value is >= 1)."""
+    if len(per_problem) == 0:
+        raise ValueError("mean_pass_at_k of no problems")
+    return float(np.mean([pass_at_k(len(s), sum(1 for x in s if x >= 1), k) for s in per_problem]))
+
+
+def apr(pass_rates):
+    """Average pass rate: the mean fraction of tests passed. pass_rates is a flat list (one per problem)
+    or a nested list (samples per problem); nested lists are averaged per problem first so each problem
+    weighs the same however many samples it has."""
+    if len(pass_rates) == 0:
+        raise ValueError("apr of no pass rates")
+    per_problem = [float(np.mean(x)) if isinstance(x, (list, tuple, np.ndarray)) else float(x)
+                   for x in pass_rates]
+    _check_rates(per_problem, "apr")
+    return float(np.mean(per_problem))
+
+
+def collaboration_gain(pass1_with, pass1_without):
+    """Collaboration Gain: pass@1 of the Coder given the helper agent's output (e.g. the Planner's
+    thought) minus pass@1 of the Coder alone, on the same problems. Positive = the helper helps."""
+    return float(pass1_with) - float(pass1_without)
+
+
+def toy_rewards(texts, target="a"):
+    """Sanity-check reward for train.py's `--stage toy` (no sandbox): the fraction of each text's
+    characters equal to `target` (0.0 for an empty text). Not part of the method: it only shows that
+    GRPO moves a policy toward a trivially checkable preference in a few steps."""
+    if len(target) != 1:
+        raise ValueError(f"target must be one character, got {target!r}")
+    return [t.count(target) / len(t) if t else 0.0 for t in texts]
