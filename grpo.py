@@ -1,0 +1,613 @@
+"""GRPO for CoRe-Code: hand-written LoRA with named adapters, gradient checkpointing, and the GRPO objective.
+
+What it is:
+  1. LoRA written by hand. `LoRALinear` wraps an existing nn.Linear (composition, the base stays frozen) and holds
+     several *named* adapters ("planner", "coder", ...). One base model in memory serves every agent; a context
+     manager picks the active adapter, another switches all adapters off, and "all adapters off" IS the KL reference
+     model: the same weights, no second copy. Adapters are saved and loaded in the PEFT file format
+     (adapter_config.json + adapter_model.safetensors, PEFT's key names), so `peft.PeftModel.from_pretrained` reads
+     ours and we read PEFT's.
+  2. Gradient checkpointing written by hand: each decoder layer's forward is recomputed in backward
+     (torch.utils.checkpoint, use_reentrant=False), only when `model.training and torch.is_grad_enabled()`, so the
+     sampler and the reference pass never pay for it.
+  3. The GRPO objective as pure tensor functions: per-token log-probs of completions (the output layer and the
+     log-softmax run in chunks, never the full (B, T, V) float32 logits), group-normalised advantages, the k3 KL
+     estimator, and the clipped-surrogate loss in the DeepSeekMath form.
+
+What it is not: a trainer. It knows nothing of problems, prompts, sandboxes or rewards (train.py glues them), has
+no optimizer loop, no sampling, no distributed code, no quantisation, and no LoRA variants (DoRA, rsLoRA, biases).
+
+One GRPO step with these pieces (B = prompts x G rows, input_ids = left-padded prompt (P) + completion (T)):
+    add_lora(model, "planner"); add_lora(model, "coder"); enable_checkpointing(model)
+    opt = torch.optim.AdamW(lora_parameters(model, "coder"), lr=1e-5)
+    with use_adapter(model, "coder"):
+        with torch.no_grad():
+            old = token_logprobs(model, ids, attn, P)             # or the sampler's own log-probs
+            with adapters_off(model):
+                ref = token_logprobs(model, ids, attn, P)         # the reference: base weights, no copy
+        adv, stats = group_advantages(rewards, G)
+        model.train()
+        logp = token_logprobs(model, ids, attn, P)                # (B, T), with grad, checkpointed
+        loss, stats = grpo_loss(logp, old, ref, adv.to(logp.device), completion_mask)
+        loss.backward(); opt.step(); opt.zero_grad()
+
+References:
+  - LoRA: Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", arXiv:2106.09685.
+  - minLoRA (Chang, github.com/cccntu/minLoRA): the test checklist (unchanged after adding, off == base, merge ...).
+  - PEFT (github.com/huggingface/peft): the file format and key names, Kaiming-uniform init of A with a=sqrt(5).
+  - GRPO: Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300, eq. (3): group advantages, per-sequence token mean.
+  - DAPO (Yu et al. 2025, arXiv:2503.14476) and Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): token-level mean.
+  - k3 KL estimator: J. Schulman, "Approximating KL Divergence", joschu.net/blog/kl-approx.html (2020).
+"""
+import contextlib
+import json
+import math
+import os
+import re
+import types
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch.utils.checkpoint import checkpoint
+
+# The attention and MLP projections of Llama/Qwen-style decoders: PEFT's usual "all linear layers but the head".
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+# PEFT stores keys relative to PeftModel -> LoraModel -> the HF model, hence this prefix on every key.
+PEFT_PREFIX = "base_model.model."
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+# ----------------------------------------------------------------------------------------------------------------
+# 1. LoRA: one wrapper module per targeted nn.Linear, several named adapters per wrapper
+
+
+class LoRALinear(nn.Module):
+    """y = base(x) + (dropout(x) @ A^T @ B^T) * alpha / r, for the one active adapter (or none).
+
+    State only: the frozen base layer, per-adapter A (r, in) and B (out, r), their dropout and scaling, and the name
+    of the active adapter. `active` may name an adapter this module does not hold (an adapter can target fewer
+    modules than another one): the module then acts as its base layer.
+    """
+
+    def __init__(self, base: nn.Linear):
+        super().__init__()
+        # `base_layer` is PEFT's attribute name too; the base weights keep their values and stay frozen.
+        self.base_layer = base
+        self.lora_A = nn.ParameterDict()  # name -> (r, in_features)
+        self.lora_B = nn.ParameterDict()  # name -> (out_features, r)
+        self.lora_dropout = nn.ModuleDict()  # name -> nn.Dropout or nn.Identity
+        # Plain dicts: hyper-parameters, not tensors; save_adapter writes them into adapter_config.json.
+        self.r = {}
+        self.lora_alpha = {}
+        self.scaling = {}
+        self.active = None
+
+    def add_adapter(self, name, r, alpha, dropout, dtype=torch.float32):
+        w = self.base_layer.weight  # (out, in)
+        A = torch.empty(r, w.shape[1], device=w.device, dtype=dtype)  # (r, in)
+        # PEFT's default init: A ~ Kaiming-uniform (the nn.Linear default), B = 0, so the adapter starts as a no-op.
+        nn.init.kaiming_uniform_(A, a=math.sqrt(5))
+        self.lora_A[name] = nn.Parameter(A)
+        self.lora_B[name] = nn.Parameter(torch.zeros(w.shape[0], r, device=w.device, dtype=dtype))  # (out, r)
+        self.lora_dropout[name] = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.r[name], self.lora_alpha[name], self.scaling[name] = r, alpha, alpha / r
+
+    def delete_adapter(self, name):
+        for store in (self.lora_A, self.lora_B, self.lora_dropout):
+            del store[name]
+        for store in (self.r, self.lora_alpha, self.scaling):
+            del store[name]
+
+    @torch.no_grad()
+    def merge(self, name):
+        """Fold adapter `name` into the base weight and delete it (export only: this changes the base)."""
+        A, B = self.lora_A[name], self.lora_B[name]  # (r, in), (out, r)
+        w = self.base_layer.weight  # (out, in)
+        w += (B.float() @ A.float() * self.scaling[name]).to(w.dtype)
+        self.delete_adapter(name)
+
+    def forward(self, x):
+        out = self.base_layer(x)  # (..., out)
+        name = self.active
+        if name is None or name not in self.lora_A:
+            return out
+        A, B = self.lora_A[name], self.lora_B[name]
+        # The adapter runs in its own dtype (float32 by default) so that small updates are not rounded away in bf16;
+        # it costs 2 * r * (in + out) flops per token, noise next to the base layer.
+        h = self.lora_dropout[name](x).to(A.dtype)  # (..., in)
+        delta = F.linear(F.linear(h, A), B) * self.scaling[name]  # (..., out)
+        return out + delta.to(out.dtype)
+
+    def extra_repr(self):
+        return f"adapters={list(self.lora_A.keys())}, active={self.active}"
+
+
+def _check_name(name):
+    # Adapter names become keys of nn.ParameterDict: no dots, and not one of the dict's own attribute names.
+    valid = isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
+    if not valid or hasattr(nn.ParameterDict, name):
+        raise ValueError(f"bad adapter name {name!r}: use letters, digits and '_' (e.g. 'planner', 'coder')")
+
+
+def _matches(module_name, targets):
+    """PEFT's rule: a list matches the module name or its dotted suffix; a string is a regex on the full name."""
+    if isinstance(targets, str):
+        return re.fullmatch(targets, module_name) is not None
+    return any(module_name == t or module_name.endswith("." + t) for t in targets)
+
+
+def lora_modules(model):
+    """[(qualified name, LoRALinear)] in model order."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, LoRALinear)]
+
+
+def adapter_names(model):
+    """Names of all adapters on the model, in the order they were added."""
+    names = {}
+    for _, m in lora_modules(model):
+        names.update(dict.fromkeys(m.lora_A.keys()))
+    return list(names)
+
+
+def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, dtype=torch.float32):
+    """Add adapter `name` to every nn.Linear whose name matches `targets`; freeze every non-LoRA parameter.
+
+    r=16, alpha=32 (scaling 2): our choice, because it is a common LoRA setting for 0.5B-14B code models and the
+    paper's values are unknown. dtype=float32: our choice, because LoRA updates at lr ~1e-5 vanish in bf16 (PEFT
+    makes the same choice with autocast_adapter_dtype). The first adapter added becomes active (like
+    peft.get_peft_model); later ones do not (like PeftModel.add_adapter): select them with `use_adapter`.
+    """
+    _check_name(name)
+    if not (isinstance(r, int) and r > 0):
+        raise ValueError(f"LoRA rank r must be a positive int, got {r!r}")
+    if name in adapter_names(model):
+        raise ValueError(f"adapter {name!r} already exists on this model (adapters: {adapter_names(model)})")
+    # Read the active adapter before wrapping: new wrappers start with none active.
+    previous = active_adapter(model) if adapter_names(model) else name
+    matched = 0
+    # Snapshot the module list: we replace children while walking it.
+    for parent_name, parent in list(model.named_modules()):
+        if isinstance(parent, LoRALinear):
+            continue  # its base_layer is not a target in its own right
+        for child_name, child in list(parent.named_children()):
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            if not _matches(full, targets):
+                continue
+            if isinstance(child, nn.Linear):
+                child = LoRALinear(child)
+                setattr(parent, child_name, child)
+            if isinstance(child, LoRALinear):
+                child.add_adapter(name, r, alpha, dropout, dtype)
+                matched += 1
+    if matched == 0:
+        raise ValueError(f"add_lora({name!r}): no nn.Linear module name matched targets {targets!r}")
+    # The base is frozen: only LoRA A/B matrices (of any adapter) are trainable.
+    for pname, p in model.named_parameters():
+        p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
+    # Every wrapper, old or new, agrees on the active adapter again.
+    set_active_adapter(model, previous)
+
+
+def active_adapter(model):
+    """The name of the active adapter, or None when adapters are off (or there are none)."""
+    mods = lora_modules(model)
+    return mods[0][1].active if mods else None
+
+
+def set_active_adapter(model, name):
+    """Make adapter `name` the only active one (None: all adapters off). The non-context form of use_adapter."""
+    if name is not None and name not in adapter_names(model):
+        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
+    for _, m in lora_modules(model):
+        m.active = name
+
+
+@contextlib.contextmanager
+def use_adapter(model, name):
+    """Context manager: only adapter `name` is active inside; the previous state comes back on exit."""
+    previous = active_adapter(model)
+    set_active_adapter(model, name)
+    try:
+        yield model
+    finally:
+        set_active_adapter(model, previous)
+
+
+@contextlib.contextmanager
+def adapters_off(model):
+    """Context manager: every adapter off, so the model computes the frozen base (the GRPO reference policy)."""
+    with use_adapter(model, None):
+        yield model
+
+
+def lora_parameters(model, name):
+    """The trainable parameters of adapter `name` (A and B of every wrapped module), for its optimizer."""
+    if name not in adapter_names(model):
+        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
+    params = []
+    for _, m in lora_modules(model):
+        if name in m.lora_A:
+            params += [m.lora_A[name], m.lora_B[name]]
+    return params
+
+
+def merge_adapter(model, name):
+    """Fold adapter `name` into the base weights and remove it; wrappers left without adapters are unwrapped.
+
+    For export only (never automatic, not on eval()): afterwards the base weights, and therefore the reference
+    model of every other adapter, include this adapter. When no adapter is left, the model is a plain HF model again
+    and `model.save_pretrained` writes the usual key names.
+    """
+    if name not in adapter_names(model):
+        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
+    was_active = active_adapter(model)
+    for full, m in lora_modules(model):
+        if name not in m.lora_A:
+            continue
+        m.merge(name)
+        if len(m.lora_A) == 0:
+            parent_name, _, child_name = full.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, child_name, m.base_layer)
+    set_active_adapter(model, None if was_active == name else was_active)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2. Save / load in the PEFT format
+
+
+def _peft_config(model, name, base_model_name_or_path):
+    """The adapter_config.json PEFT needs to rebuild the same adapter (LoraConfig fields, PEFT's names)."""
+    mods = [(n, m) for n, m in lora_modules(model) if name in m.lora_A]
+    _, m0 = mods[0]
+    r, alpha = m0.r[name], m0.lora_alpha[name]
+    drop = m0.lora_dropout[name]
+    # Target modules: the leaf names, PEFT's usual form, when they select exactly our modules; otherwise an exact
+    # regex of the full names (PEFT full-matches a string target), so a reload never wraps a different set.
+    wrapped = {n for n, _ in mods}
+    leaves = sorted({n.rsplit(".", 1)[-1] for n in wrapped})
+    candidates = {n for n, mod in model.named_modules() if isinstance(mod, (nn.Linear, LoRALinear))}
+    candidates = {n for n in candidates if not n.endswith(".base_layer") and _matches(n, leaves)}
+    targets = leaves if candidates == wrapped else "^(" + "|".join(re.escape(n) for n in sorted(wrapped)) + ")$"
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model_name_or_path or getattr(model, "name_or_path", "") or "",
+        "r": r,
+        "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,
+        "lora_dropout": drop.p if isinstance(drop, nn.Dropout) else 0.0,
+        "target_modules": targets,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "layers_to_transform": None,
+        "layers_pattern": None,
+        "revision": None,
+    }
+
+
+def save_adapter(model, name, directory, base_model_name_or_path=""):
+    """Write adapter `name` to directory/adapter_config.json + directory/adapter_model.safetensors (PEFT format).
+
+    Keys are PEFT's: base_model.model.<module>.lora_A.weight (r, in) and .lora_B.weight (out, r), without the
+    adapter name (PEFT drops it when saving too). `peft.PeftModel.from_pretrained(base, directory)` loads it.
+    """
+    if name not in adapter_names(model):
+        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
+    tensors = {}
+    for full, m in lora_modules(model):
+        if name in m.lora_A:
+            tensors[f"{PEFT_PREFIX}{full}.lora_A.weight"] = m.lora_A[name].detach().cpu().contiguous()
+            tensors[f"{PEFT_PREFIX}{full}.lora_B.weight"] = m.lora_B[name].detach().cpu().contiguous()
+    os.makedirs(directory, exist_ok=True)
+    save_file(tensors, os.path.join(directory, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    with open(os.path.join(directory, ADAPTER_CONFIG), "w") as f:
+        json.dump(_peft_config(model, name, base_model_name_or_path), f, indent=2, sort_keys=True)
+
+
+def load_adapter(model, name, directory):
+    """Load a PEFT-format LoRA adapter from `directory` as adapter `name` (added first if the model lacks it).
+
+    Refuses, with a clear message, the PEFT features this file does not implement (DoRA, rsLoRA, biases,
+    per-module ranks, modules_to_save, transposed weights) rather than loading something that computes otherwise.
+    """
+    path = os.path.join(directory, ADAPTER_CONFIG)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no {ADAPTER_CONFIG} in {directory}: not a PEFT adapter directory")
+    with open(path) as f:
+        cfg = json.load(f)
+    unsupported = {
+        "peft_type": cfg.get("peft_type", "LORA") != "LORA",
+        "use_dora": bool(cfg.get("use_dora")),
+        "use_rslora": bool(cfg.get("use_rslora")),
+        "bias": cfg.get("bias", "none") != "none",
+        "fan_in_fan_out": bool(cfg.get("fan_in_fan_out")),
+        "rank_pattern": bool(cfg.get("rank_pattern")),
+        "alpha_pattern": bool(cfg.get("alpha_pattern")),
+        "modules_to_save": bool(cfg.get("modules_to_save")),
+        "layers_to_transform": cfg.get("layers_to_transform") is not None,
+        "exclude_modules": bool(cfg.get("exclude_modules")),
+        "target_parameters": bool(cfg.get("target_parameters")),
+        "trainable_token_indices": bool(cfg.get("trainable_token_indices")),
+        "layer_replication": bool(cfg.get("layer_replication")),
+        "lora_bias": bool(cfg.get("lora_bias")),
+    }
+    bad = [k for k, v in unsupported.items() if v]
+    if bad:
+        raise ValueError(f"{directory}: unsupported PEFT adapter settings {bad} (only plain LoRA is implemented)")
+    if name not in adapter_names(model):
+        add_lora(model, name, r=cfg["r"], alpha=cfg["lora_alpha"], dropout=cfg.get("lora_dropout", 0.0),
+                 targets=cfg["target_modules"])
+    modules = dict(lora_modules(model))
+    expected = {f"{PEFT_PREFIX}{n}.lora_{ab}.weight" for n, m in modules.items() if name in m.lora_A for ab in "AB"}
+    tensors = load_file(os.path.join(directory, ADAPTER_WEIGHTS))
+    # Some PEFT versions keep the adapter name in the key (lora_A.default.weight): drop it.
+    tensors = {re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", k): v for k, v in tensors.items()}
+    missing, unexpected = sorted(expected - tensors.keys()), sorted(tensors.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(f"{directory}: adapter keys do not fit this model: missing {missing[:3]} "
+                         f"({len(missing)}), unexpected {unexpected[:3]} ({len(unexpected)})")
+    with torch.no_grad():
+        for key, value in tensors.items():
+            module_name, ab = key[len(PEFT_PREFIX):].rsplit(".", 2)[:2]
+            param = getattr(modules[module_name], ab)[name]
+            if param.shape != value.shape:
+                raise ValueError(f"{directory}: {key} has shape {tuple(value.shape)}, model wants {tuple(param.shape)}")
+            param.copy_(value)
+
+
+def save_adapters(model, directory, base_model_name_or_path=""):
+    """Save every adapter to directory/<name>/ (PEFT's layout for named adapters); returns the names."""
+    names = adapter_names(model)
+    for name in names:
+        save_adapter(model, name, os.path.join(directory, name), base_model_name_or_path)
+    return names
+
+
+def load_adapters(model, directory):
+    """Load every directory/<name>/ that holds an adapter_config.json as adapter <name>; returns the names."""
+    names = sorted(d for d in os.listdir(directory) if os.path.exists(os.path.join(directory, d, ADAPTER_CONFIG)))
+    if not names:
+        raise FileNotFoundError(f"no adapter subfolders (<name>/{ADAPTER_CONFIG}) in {directory}")
+    for name in names:
+        load_adapter(model, name, os.path.join(directory, name))
+    return names
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Gradient checkpointing of the decoder layers
+
+
+def _decoder_layers(model):
+    # HF causal LMs keep the decoder body under `base_model` (Qwen2/Llama: model.model) and its blocks in `.layers`.
+    layers = getattr(getattr(model, "base_model", model), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no decoder layers found at model.base_model.layers")
+    return layers
+
+
+def _checkpointed_forward(self, *args, **kwargs):
+    """A decoder layer's forward that keeps no activations, recomputing them in backward (training only)."""
+    inner = self._corecode_inner_forward
+    # The sampler (no_grad) and evaluation (eval mode) run the layer as is: nothing to recompute, cache allowed.
+    if not (self.training and torch.is_grad_enabled()):
+        return inner(*args, **kwargs)
+    # A KV cache would be written twice (forward, then the recompute in backward): a training forward has no use
+    # for one, so drop it as HF's own checkpointing does. Both names: transformers 5 renamed past_key_values.
+    for key in ("cache", "past_key_values"):
+        if kwargs.get(key) is not None:
+            kwargs[key] = None
+    if kwargs.get("use_cache"):
+        kwargs["use_cache"] = False
+    # use_reentrant=False: gradients reach the LoRA parameters even though the layer's input may not require grad
+    # (frozen embeddings), keyword arguments pass through, and the RNG state is replayed for dropout.
+    return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+
+def enable_checkpointing(model, on=True):
+    """Turn hand-written per-layer activation checkpointing on (or off) for the model's decoder layers.
+
+    Active only while `model.training and torch.is_grad_enabled()`. Costs one extra forward of the decoder body in
+    backward; frees the activations inside each layer (only each layer's input is kept for the backward).
+    """
+    for layer in _decoder_layers(model):
+        enabled = "_corecode_inner_forward" in layer.__dict__
+        if on and not enabled:
+            # Keep whatever forward the layer had (its class's, or one installed by e.g. accelerate hooks) and put ours
+            # in front as an instance attribute; a bound method survives copy.deepcopy (it rebinds to the copy).
+            layer._corecode_inner_forward = layer.forward
+            layer.forward = types.MethodType(_checkpointed_forward, layer)
+        elif not on and enabled:
+            inner = layer.__dict__.pop("_corecode_inner_forward")
+            del layer.forward
+            if getattr(inner, "__func__", None) is not getattr(type(layer), "forward", None):
+                layer.forward = inner  # it was an instance-level forward before us: put it back
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4. Token log-probabilities of completions
+
+
+class _ChunkedHeadLogprob(torch.autograd.Function):
+    """log softmax(h W^T + b)[target] for N rows, `rows` at a time, never holding more than (rows, V) logits.
+
+    Forward keeps only h, the targets and the per-row logsumexp; backward recomputes each chunk's logits and turns
+    them in place into d logp / d logits = onehot(target) - softmax. Same gradient as autograd through the full
+    logits, with one (rows, V) float32 buffer alive at a time instead of several (B, T, V) ones.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, rows):
+        # hidden (N, H), weight (V, H), bias (V,) or None, targets (N,)
+        n = hidden.shape[0]
+        logp = hidden.new_empty(n, dtype=torch.float32)  # (N,)
+        lse = hidden.new_empty(n, dtype=torch.float32)  # (N,)
+        for s in range(0, n, rows):
+            logits = F.linear(hidden[s:s + rows], weight, bias).float()  # (n_c, V)
+            picked = logits.gather(1, targets[s:s + rows, None]).squeeze(1)  # (n_c,)
+            # logsumexp by hand, in place, so the chunk costs one (n_c, V) buffer rather than two.
+            top = logits.amax(dim=-1, keepdim=True)  # (n_c, 1)
+            lse[s:s + rows] = logits.sub_(top).exp_().sum(dim=-1).log_() + top.squeeze(1)
+            logp[s:s + rows] = picked - lse[s:s + rows]
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.rows = rows
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad_logp):
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.zeros_like(hidden) if need_h else None  # (N, H)
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None  # (V, H)
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None  # (V,)
+        rows = ctx.rows
+        for s in range(0, hidden.shape[0], rows):
+            h = hidden[s:s + rows]  # (n_c, H)
+            g = F.linear(h, weight, bias).float()  # (n_c, V) logits, recomputed
+            g.sub_(lse[s:s + rows, None]).exp_()  # softmax
+            g.neg_().scatter_add_(1, targets[s:s + rows, None], g.new_ones(h.shape[0], 1))  # onehot - softmax
+            g.mul_(grad_logp[s:s + rows, None].float())  # chain rule: d loss / d logits
+            if need_h:
+                grad_h[s:s + rows] = g.to(weight.dtype) @ weight  # (n_c, H)
+            if need_w:
+                grad_w.addmm_(g.t(), h.float())  # (V, H)
+            if need_b:
+                grad_b += g.sum(0)
+        grad_w = grad_w.to(weight.dtype) if need_w else None
+        grad_b = grad_b.to(bias.dtype) if need_b else None
+        return grad_h, grad_w, grad_b, None, None
+
+
+def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=128):
+    """log p(token) of every completion token given everything before it: (B, T) with T = L - completion_start.
+
+    input_ids (B, L) = left-padded prompts (P = completion_start columns) + right-padded completions;
+    attention_mask (B, L) is 1 on real tokens. Positions come from the attention mask (cumsum - 1), as HF generate
+    counts them, so left padding does not shift a prompt. Completion positions whose attention_mask is 0 (padding)
+    are not scored and hold 0.
+
+    Memory: the decoder body runs once (checkpointed per layer when enabled and training); then the output layer +
+    log-softmax run on at most `chunk` positions per row at a time (B * chunk rows), and only over real completion
+    tokens. chunk=128: our choice, because on the 0.5B model (152k vocabulary) 128-token chunks took a LoRA
+    forward+backward over 8 x 512 tokens from 15.5 GB to 9.4 GB with the same gradient (DESIGN.md).
+    Assumes logits = lm_head(hidden) (no soft-capping or temperature; Qwen2/Llama have none) and a plain
+    nn.Linear output layer.
+    """
+    B, L = input_ids.shape
+    P = int(completion_start)
+    if not 1 <= P <= L:
+        raise ValueError(f"completion_start must be in [1, {L}] for input of length {L}, got {completion_start}")
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    body = model.base_model
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  use_cache=False).last_hidden_state  # (B, L, H)
+    # The state at position j predicts token j + 1: completion token t is scored by position P + t - 1.
+    h = hidden[:, P - 1:L - 1]  # (B, T, H)
+    valid = attention_mask[:, P:].bool()  # (B, T)
+    head = model.get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise ValueError(f"token_logprobs needs a plain nn.Linear output layer, got {type(head).__name__}")
+    lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, input_ids[:, P:][valid], max(1, chunk * B))  # (N,)
+    # Scatter back to (B, T); masked_scatter keeps the result connected to the graph even when N == 0.
+    return lp.new_zeros(B, L - P).masked_scatter(valid, lp)  # (B, T)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 5. The GRPO objective
+
+
+def group_advantages(rewards, group_size, eps=1e-4, unbiased=True):
+    """A_i = (r_i - mean(group)) / (std(group) + eps); rows i*G .. i*G+G-1 form one group.
+
+    A group whose rewards are all equal (all fail / all pass, frequent in code RL) gets exactly zero advantage and
+    contributes no policy gradient; the fraction of such groups is returned as zero_var_frac.
+    eps=1e-4: DeepSeekMath's normalisation as used by TRL. unbiased=True: our choice (sample std, torch's and
+    TRL's default), because the paper does not say which.
+    Returns (advantages (B,) float32, stats dict: reward_mean, reward_std, zero_var_frac, adv_std).
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float32).flatten()  # (B,)
+    if group_size < 1 or r.numel() == 0 or r.numel() % group_size:
+        raise ValueError(f"{r.numel()} rewards do not split into groups of {group_size}")
+    g = r.view(-1, group_size)  # (n_groups, G)
+    tied = g.amax(1, keepdim=True) == g.amin(1, keepdim=True)  # (n_groups, 1)
+    mean = g.mean(1, keepdim=True)  # (n_groups, 1)
+    std = g.std(1, keepdim=True, unbiased=unbiased) if group_size > 1 else torch.zeros_like(mean)
+    # torch.where, not arithmetic: mean() of equal floats can differ from them in the last bit, and that tiny
+    # difference divided by eps would be a non-zero advantage for a group that carries no signal.
+    adv = torch.where(tied, torch.zeros_like(g), (g - mean) / (std + eps)).flatten()  # (B,)
+    stats = {
+        "reward_mean": r.mean().item(),
+        "reward_std": r.std().item() if r.numel() > 1 else 0.0,
+        "zero_var_frac": tied.float().mean().item(),
+        "adv_std": adv.std().item() if adv.numel() > 1 else 0.0,
+    }
+    return adv, stats
+
+
+def kl_k3(logp, ref_logp):
+    """Per-token k3 estimate of KL(pi || ref) from samples of pi: exp(d) - d - 1 with d = ref - logp.
+
+    Unbiased, always >= 0 and exactly 0 where the two agree (Schulman 2020); what DeepSeekMath's GRPO uses.
+    """
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.2):
+    """The GRPO loss, DeepSeekMath form: -mean_i [ (1/|o_i|) sum_t ( min(rho A_i, clip(rho) A_i) - beta KL_t ) ].
+
+    logp (B, T): log-probs under the policy being optimised (with grad). old_logp (B, T): log-probs at sampling
+    time. ref_logp (B, T) or None (allowed when beta == 0): log-probs with all adapters off. advantages (B,).
+    mask (B, T): 1 on completion tokens INCLUDING the EOS (the model is credited for stopping), 0 on padding.
+    beta=0.04 (DeepSeekMath), clip_eps=0.2 (PPO/GRPO): defaults from the literature, the paper's are unknown.
+
+    With one optimisation pass per batch, old_logp == logp.detach(), so rho == 1 everywhere, clipping never binds
+    and the gradient is REINFORCE with the group baseline (plus the KL term). Ratio and clipping only matter when
+    the same batch is optimised more than once (several passes or mini-batches).
+    Returns (loss scalar, stats dict of floats: loss, kl, clip_frac, ratio_mean, adv_std, entropy).
+    """
+    if beta != 0 and ref_logp is None:
+        raise ValueError("grpo_loss: beta != 0 needs ref_logp (log-probs with adapters_off)")
+    m = mask.bool()  # (B, T)
+    A = advantages.to(device=logp.device, dtype=logp.dtype)[:, None]  # (B, 1) group_advantages returns it on CPU
+    # Zero the exponent on padding BEFORE exp: padding may hold anything, and exp(inf) * 0 would be NaN in the
+    # gradient even though the value is masked out afterwards.
+    ratio = torch.exp(torch.where(m, logp - old_logp, 0.0))  # (B, T)
+    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)  # (B, T)
+    surrogate = torch.minimum(ratio * A, clipped * A)  # (B, T)
+    kl = kl_k3(torch.where(m, logp, 0.0), torch.where(m, ref_logp, 0.0)) if ref_logp is not None else None  # (B, T)
+    per_token = surrogate - beta * kl if beta != 0 else surrogate  # (B, T)
+    lengths = m.sum(1).clamp(min=1)  # (B,) an empty completion scores 0 instead of 0/0
+    per_seq = torch.where(m, per_token, 0.0).sum(1) / lengths  # (B,)
+    # DeepSeekMath: each completion weighs the same, whatever its length. DAPO / Dr. GRPO use the token mean
+    # instead, (sum over all tokens) / (total tokens, or a constant), so long completions are not diluted:
+    #   loss = -torch.where(m, per_token, 0.0).sum() / m.sum().clamp(min=1)
+    loss = -per_seq.mean()
+
+    with torch.no_grad():
+        n_tok = m.sum().clamp(min=1)
+
+        def tok_mean(x):
+            return (torch.where(m, x, 0.0).sum() / n_tok).item()
+
+        # Clipping binds where it zeroes the gradient: ratio above 1+eps with A > 0, or below 1-eps with A < 0.
+        binds = ((ratio > 1 + clip_eps) & (A > 0)) | ((ratio < 1 - clip_eps) & (A < 0))  # (B, T)
+        stats = {
+            "loss": loss.item(),
+            "kl": tok_mean(kl) if kl is not None else 0.0,
+            "clip_frac": tok_mean(binds.float()),
+            "ratio_mean": tok_mean(ratio),
+            "adv_std": advantages.float().std().item() if advantages.numel() > 1 else 0.0,
+            # Mean -log p of the sampled tokens: a Monte-Carlo estimate of the policy's entropy (exact in
+            # expectation only for tokens sampled from this policy at temperature 1), not the full-vocabulary sum.
+            "entropy": tok_mean(-logp),
+        }
+    return loss, stats
