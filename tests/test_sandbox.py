@@ -1,0 +1,384 @@
+"""Properties of sandbox.py: value transport, assert splitting, output comparison, verdicts, measurements.
+
+What it is: one property per test; pure parts (encode/decode, splitting, stdio comparison) run
+in-process, the rest through a small SandboxPool. Attacks live in test_sandbox_adversarial.py, MBPP
+equivalence in test_sandbox_mbpp.py.
+"""
+import ast
+import collections
+import decimal
+import fractions
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import sandbox as sb
+from test_sandbox_mbpp import entry_point
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with sb.SandboxPool(2) as p:
+        yield p
+
+
+def run1(pool, program, cases, kind="assert", **kw):
+    return pool.run([sb.Job(program=program, kind=kind, cases=cases, **kw)])[0]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Values
+# ------------------------------------------------------------------------------------------------------
+VALUES = [None, True, False, 0, -5, 2 ** 70, -(10 ** 5000), 1.5, -0.0, math.inf, -math.inf, 1j, complex(2, -math.inf),
+          "", "héllo\x00\n'\"", "\ud800", b"", b"\x00\xff", bytearray(b"ab"), [], [1, [2, (3,)]], (), (1,),
+          {1, 2}, set(), frozenset({1}), frozenset(), {"a": 1, 2: [3], (1, 2): None}, {},
+          collections.Counter("abca"), collections.OrderedDict([("b", 1), ("a", 2)]),
+          collections.defaultdict(None, {"k": [1]}), collections.deque([1, 2], maxlen=3), range(1, 10, 2),
+          fractions.Fraction(3, 7), decimal.Decimal("1.10"), Ellipsis, [[[[[1]]]]]]
+
+
+def same(a, b):
+    """Equal, with exactly the same types all the way down (nan compared as nan)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float and math.isnan(a):
+        return math.isnan(b)
+    if type(a) in (list, tuple, collections.deque):
+        return len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_value_round_trip_keeps_exact_types(value):
+    assert same(sb.decode_value(sb.encode_value(value)), value)
+
+
+def test_nan_round_trips():
+    assert math.isnan(sb.decode_value(sb.encode_value(float("nan"))))
+
+
+class LyingInt(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+
+@pytest.mark.parametrize("value", [LyingInt(3), [1, LyingInt(2)], {"k": AlwaysEqual()}, AlwaysEqual(), object(),
+                                   type("S", (str,), {})("x"), type("L", (list,), {})(), type("D", (dict,), {})(),
+                                   (x for x in []), map(int, []), lambda: 1, {1: {2: {3: [AlwaysEqual()]}}}],
+                         ids=lambda v: type(v).__name__)
+def test_encode_refuses_anything_not_exactly_builtin(value):
+    with pytest.raises(sb._Refused):
+        sb.encode_value(value)
+
+
+def test_encode_caps_size_depth_and_huge_ints():
+    deep = []
+    for _ in range(sb.VALUE_MAX_DEPTH + 5):
+        deep = [deep]
+    for value in ([0] * (sb.VALUE_LIMIT_BYTES // 4), "x" * (sb.VALUE_LIMIT_BYTES + 1), deep, 1 << (8 * sb.VALUE_LIMIT_BYTES)):
+        with pytest.raises(sb._Refused):
+            sb.encode_value(value)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "('zz', 1)", "(1, 2)", "{'a': 1}", "__import__('os').getpid()",
+                                  "('l', [1], 2)", "('d', [(1,)])", "('Q', 1, 0)", "x" * (sb.VALUE_LIMIT_BYTES + 100),
+                                  "(" * 300 + ")" * 300, "('I', 'zz')"])
+def test_decode_rejects_anything_outside_the_grammar(text):
+    with pytest.raises(ValueError):
+        sb.decode_value(text)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Splitting assert statements
+# ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("statement,fn,snippets", [
+    ("assert f(1) == 2", "f", ("f(1)",)),
+    ("assert math.isclose(f(1), 3.1)", "f", ("f(1)",)),
+    ("assert set(f([1, 2])) == set([1, 2])", "f", ("f([1, 2])",)),
+    ("assert f(3)", "f", ("f(3)",)),
+    ("assert not f(3)", "f", ("f(3)",)),
+    ("assert f(1) == 2, 'message'", "f", ("f(1)",)),
+    ("assert f(1) == 2, f'got {f(1)}'", "f", ("f(1)",)),               # message dropped, not sent
+    ("assert sum(10, 15) == 6", "sum", ("sum(10, 15)",)),               # entry point shadowing a builtin
+    ("assert sum([1, 2]) == f(3)", "f", ("f(3)",)),                     # builtin sum stays in the parent
+    ("assert sorted(f(1))[0] == abs(-1)", "f", ("f(1)",)),
+    ("assert int(lobb_num(5, 3)) == 35", "lobb_num", ("lobb_num(5, 3)",)),
+    ("assert max_height(root) == 3", "max_height", ("max_height(root)",)),
+    ("assert Solution().go(2) == 4", "", ("Solution().go(2)",)),
+    ("assert f(1).strip() == 'a' and g(2) == [3]", "f", ("f(1).strip()", "g(2)")),
+])
+def test_split_sends_only_candidate_subexpressions(statement, fn, snippets):
+    plan = sb._plan_statement(statement, fn, frozenset())
+    assert plan.snippets == snippets and plan.batchable and not plan.error
+
+
+def test_split_of_mbpp_asserts_never_sends_the_expected_side(mbpp_path):
+    # Property over all 2,938 MBPP asserts (`call == expected`): each snippet lies inside the left side.
+    with open(mbpp_path) as fh:
+        rows = [json.loads(line) for line in fh]
+    for row in rows:
+        for t in row["test_list"] + row["challenge_test_list"]:
+            test = ast.parse(t).body[0].test
+            left = ast.unparse(test.left)
+            plan = sb._plan_statement(t, entry_point(row), frozenset())
+            assert plan.snippets and all(s in left for s in plan.snippets), (t, plan.snippets)
+
+
+def test_loops_need_values_from_the_parent():
+    plan = sb._plan_statement("for i in range(3):\n    assert f(i) == 2 * i", "f", frozenset())
+    assert not plan.batchable and plan.snippets == ("(lambda i: (f(i)))",)
+
+
+def test_unparsable_test_is_an_error_plan():
+    assert sb._plan_statement("assert f(1 ==", "f", frozenset()).error
+
+
+# ------------------------------------------------------------------------------------------------------
+# Output comparison
+# ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("got,expected,ok", [
+    ("3\n", "3", True), ("1  2\n3 \n\n\n", "1 2\n3", True), ("0.3333333\n", "0.333333333", True),
+    ("1.0\n", "1", True), ("1e-9\n", "0", True), ("1000000000000000001", "1000000000000000000", False),
+    ("007", "7", False), ("1\n2", "1\n2\n3", False), ("1 2", "1 2 3", False), ("3\n2\n1", "1\n2\n3", False),
+    ("YES", "yes", False), ("nan", "nan", True), ("inf", "1e999", False), ("", "", True), ("\n1", "1", False),
+])
+def test_stdio_comparison(got, expected, ok):
+    assert sb.stdio_equal(got, expected) is ok
+
+
+def test_functional_answers_compare_tuples_as_lists():
+    assert sb._jsonish((1, [2, (3,)])) == [1, [2, [3]]]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Through the pool
+# ------------------------------------------------------------------------------------------------------
+def test_assert_verdicts_and_pass_rate(pool):
+    r = run1(pool, "def f(x):\n    return 10 // x\n", ["assert f(1) == 10", "assert f(2) == 4", "assert f(0) == 0"],
+             fn_name="f")
+    assert [t.verdict for t in r.tests] == ["passed", "failed", "error"]
+    assert r.verdict == "failed" and r.passed == 1 and r.total == 3 and r.pass_rate == pytest.approx(1 / 3)
+    assert r.tests[1].got == "f(2) = 5" and "ZeroDivisionError" in r.tests[2].error
+
+
+def test_python_equality_semantics_hold(pool):
+    r = run1(pool, "def a():\n    return 1.0\ndef b():\n    return True\ndef c():\n    return (1, 2)\n",
+             ["assert a() == 1", "assert b() == 1", "assert c() == [1, 2]", "assert c() == (1, 2)"])
+    assert [t.verdict for t in r.tests] == ["passed", "passed", "failed", "passed"]
+
+
+def test_isclose_and_set_keep_their_meaning(pool):
+    r = run1(pool, "def f():\n    return 0.1 + 0.2\ndef g():\n    return [3, 1, 2]\n",
+             ["assert math.isclose(f(), 0.3)", "assert f() == 0.3", "assert set(g()) == {1, 2, 3}",
+              "assert sorted(g()) == [1, 2, 3]", "assert g() == [1, 2, 3]"])
+    assert [t.verdict for t in r.tests] == ["passed", "failed", "passed", "passed", "failed"]
+
+
+def test_setup_runs_after_the_program_and_in_the_child(pool):
+    program = "class Node:\n    def __init__(self, v):\n        self.v, self.left = v, None\n" \
+              "def depth(n):\n    return 0 if n is None else 1 + depth(n.left)\n"
+    r = run1(pool, program, ["assert depth(root) == 2"], setup="root = Node(1)\nroot.left = Node(2)", fn_name="depth")
+    assert r.verdict == "passed"
+
+
+def test_loop_tests_run_interactively_and_reproducibly(pool):
+    cases = ["import random\nfor _ in range(20):\n    x = random.randint(0, 100)\n    assert f(x) == x + 1",
+             "assert all(f(i) == i + 1 for i in range(5))", "assert f(1) == 2"]
+    a = run1(pool, "def f(x):\n    return x + 1\n", cases, fn_name="f")
+    b = run1(pool, "def f(x):\n    return x + 1 if x < 50 else x\n", cases, fn_name="f")
+    c = run1(pool, "def f(x):\n    return x + 1 if x < 50 else x\n", cases, fn_name="f")
+    assert a.verdict == "passed" and a.passed == 3
+    assert [t.verdict for t in b.tests] == ["failed", "passed", "passed"]
+    assert b.tests[0].got == c.tests[0].got          # the parent's `random` is seeded per job
+
+
+def test_a_program_dying_inside_a_loop_does_not_reuse_an_old_answer(pool):
+    program = "import os\ncalls = []\ndef f(x):\n    calls.append(x)\n    if len(calls) > 1:\n        os._exit(0)\n    return 2\n"
+    r = run1(pool, program, ["for x in [1, 1, 1]:\n    assert f(x) == 2"], fn_name="f")
+    assert r.verdict == "error" and "ended before" in r.tests[0].error
+
+
+def test_functional_plain_function_and_solution_class(pool):
+    cases = [{"input": "[1, 2, 3]\n2", "output": "[3, 4, 5]"}, {"input": "[]\n0", "output": "[]"},
+             {"input": "[1]\n1", "output": "[3]"}]
+    plain = run1(pool, "def add(xs, k):\n    return [x + k for x in xs]\n", cases, kind="functional", fn_name="add")
+    cls = run1(pool, "from typing import List\nclass Solution:\n    def add(self, xs: List[int], k: int) -> List[int]:\n"
+               "        return tuple(x + k for x in xs)\n", cases, kind="functional", fn_name="add")
+    for r in (plain, cls):
+        assert [t.verdict for t in r.tests] == ["passed", "passed", "failed"]
+
+
+def test_stdio_verdicts(pool):
+    program = "a, b = map(float, input().split())\nprint(a / b)\n"
+    r = run1(pool, program, [{"input": "1 3\n", "output": "0.333333\n"}, {"input": "1 2", "output": "0.6"},
+                             {"input": "1 0", "output": "0"}], kind="stdio")
+    assert [t.verdict for t in r.tests] == ["passed", "failed", "error"]
+    assert "ZeroDivisionError" in r.tests[2].error
+
+
+def test_stdio_large_input_and_output(pool):
+    n = 200_000
+    data = "\n".join(str(i) for i in range(n)) + "\n"
+    r = run1(pool, "import sys\nprint('\\n'.join(str(int(x) * 2) for x in sys.stdin.read().split()))\n",
+             [{"input": data, "output": "\n".join(str(2 * i) for i in range(n))}], kind="stdio")
+    assert r.verdict == "passed"
+
+
+def test_stdio_exit_zero_is_normal(pool):
+    r = run1(pool, "import sys\nprint(42)\nsys.exit(0)\n", [{"input": "", "output": "42"}], kind="stdio")
+    assert r.verdict == "passed"
+
+
+def test_program_error_fails_every_test_with_the_message(pool):
+    r = run1(pool, "def f(x)\n    return x\n", ["assert f(1) == 1", "assert f(2) == 2"], fn_name="f")
+    assert [t.verdict for t in r.tests] == ["error", "error"] and "SyntaxError" in r.tests[0].error
+    assert "SyntaxError" in r.error
+
+
+def test_timeout_and_memory_verdicts(pool):
+    slow = run1(pool, "def f(x):\n    while True:\n        pass\n", ["assert f(1) == 1"], time_limit_s=0.5)
+    big = run1(pool, "def f(x):\n    return len(bytearray(x))\n", ["assert f(1 << 30) == 1 << 30", "assert f(10) == 10"],
+               memory_limit_mb=128)
+    assert slow.verdict == "timeout" and slow.cpu_s < 2.0
+    assert [t.verdict for t in big.tests] == ["memory", "passed"]
+
+
+def test_cpu_time_is_measured_by_the_parent(pool):
+    busy = "import time\ndef f(x):\n    t = time.thread_time()\n    while time.thread_time() - t < 0.2:\n        pass\n    return x\n"
+    r = run1(pool, busy, ["assert f(1) == 1"], fn_name="f")
+    idle = run1(pool, "import time\ndef f(x):\n    time.sleep(0.2)\n    return x\n", ["assert f(1) == 1"], fn_name="f")
+    assert 0.18 <= r.cpu_s <= 0.6
+    assert idle.cpu_s < 0.05 and idle.wall_s >= 0.2
+
+
+def test_peak_memory_is_net_of_the_warm_worker(pool):
+    small = run1(pool, "def f():\n    return 1\n", ["assert f() == 1"])
+    large = run1(pool, "def f():\n    b = bytearray(64 << 20)\n    return len(b)\n", ["assert f() == 64 << 20"])
+    assert 0 <= small.peak_bytes < 4 << 20
+    assert large.peak_bytes >= 60 << 20
+
+
+def test_repeat_takes_the_minimum_cpu(pool):
+    job = sb.Job("def f():\n    return sum(range(200000))\n", "assert", ["assert f() == 19999900000"], repeat=3)
+    r = pool.run([job])[0]
+    assert r.verdict == "passed" and len(r.cpu_runs) == 3 and r.cpu_s == min(r.cpu_runs)
+
+
+def test_results_keep_job_order(pool):
+    jobs = [sb.Job(f"def f():\n    return {i}\n", "assert", [f"assert f() == {i}"]) for i in range(40)]
+    jobs[7] = sb.Job("def f():\n    return -1\n", "assert", ["assert f() == 7"])
+    results = pool.run(jobs)
+    assert [r.verdict for r in results] == ["passed"] * 7 + ["failed"] + ["passed"] * 32
+
+
+def test_each_run_gets_a_fresh_directory_and_closed_stdin(pool):
+    prog = "import os\ndef f():\n    seen = sorted(os.listdir('.'))\n    open('mark', 'w').close()\n    return seen\n"
+    first, second = pool.run([sb.Job(prog, "assert", ["assert f() == []"])] * 2)
+    assert first.verdict == second.verdict == "passed"
+    r = run1(pool, "import sys\ndef f():\n    return sys.stdin.read()\n", ["assert f() == ''"])
+    assert r.verdict == "passed"
+
+
+def test_returned_values_of_every_kind_cross_intact(pool):
+    prog = ("import collections\ndef f():\n    return (float('inf'), {1, 2}, frozenset(), b'x', 1j, None, 10 ** 5000,"
+            " collections.Counter('aab'), collections.deque([1]))\n")
+    r = run1(pool, prog, ["assert f()[0] == float('inf')", "assert f()[1] == {2, 1}", "assert f()[6] == 10 ** 5000",
+                          "assert f()[7] == {'a': 2, 'b': 1}", "assert f()[8] == collections.deque([1])",
+                          "assert f()[2:6] == (frozenset(), b'x', 1j, None)"])
+    assert r.verdict == "passed", [t.error for t in r.tests]
+
+
+def test_values_over_the_limit_are_refused(pool):
+    r = run1(pool, "def f():\n    return 'x' * (8 << 20)\n", ["assert len(f()) == 8 << 20"])
+    assert r.verdict == "failed" and "larger than" in r.tests[0].error
+
+
+def test_feedback_describes_the_first_failure(pool):
+    job = sb.Job("def f(x):\n    return x * 2\n", "assert", ["assert f(1) == 2", "assert f(3) == 7", "assert f(4) == 9"],
+                 fn_name="f")
+    text = sb.feedback(job, pool.run([job])[0])
+    assert "assert f(3) == 7" in text and "f(3) = 6" in text and "1 more failing" in text
+    sjob = sb.Job("print(input())", "stdio", [{"input": "hi", "output": "bye"}])
+    stext = sb.feedback(sjob, pool.run([sjob])[0])
+    assert "hi" in stext and "bye" in stext and "Verdict: failed" in stext
+
+
+def test_run_job_uses_the_shared_pool():
+    r = sb.run_job(sb.Job("def f():\n    return 3\n", "assert", ["assert f() == 3"]))
+    assert r.verdict == "passed"
+
+
+def test_isolation_none_mode_still_judges(tmp_path):
+    with pytest.warns(RuntimeWarning):
+        with sb.SandboxPool(1, isolation="none") as p:
+            assert not p.isolation["pid_ns"]
+            r = p.run([sb.Job("def f():\n    return 3\n", "assert", ["assert f() == 3", "assert f() == 4"])])[0]
+    assert [t.verdict for t in r.tests] == ["passed", "failed"]
+
+
+def test_pool_works_from_a_process_with_torch_and_threads():
+    code = textwrap.dedent("""
+        import threading, time, torch
+        torch.set_num_threads(2)
+        stop = False
+        def spin():
+            while not stop:
+                torch.ones(64, 64) @ torch.ones(64, 64)
+        threads = [threading.Thread(target=spin) for _ in range(3)]
+        [t.start() for t in threads]
+        import sandbox as sb
+        with sb.SandboxPool(2) as pool:
+            rs = pool.run([sb.Job("def f(x):\\n    return x + 1\\n", "assert", ["assert f(1) == 2"])] * 20)
+        stop = True
+        [t.join() for t in threads]
+        print(sorted({r.verdict for r in rs}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['passed']"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare(1) to simulate an unprivileged user")
+def test_unprivileged_path_uses_a_user_namespace(tmp_path):
+    # As uid 1000 inside a user namespace the workers take the non-root path (their own user namespace,
+    # capabilities dropped instead of switching to nobody).
+    prog = tmp_path / "prog.py"
+    prog.write_text("def f(x):\n    return x + 1\n")
+    base = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-I",
+            os.path.join(ROOT, "sandbox.py")]
+    probe = subprocess.run(base + ["--probe"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --user not permitted here: {probe.stderr[-300:]}")
+    features = json.loads(probe.stdout)
+    assert features["user_ns"] and features["pid_ns"] and not features["drops_to_nobody"]
+    run = subprocess.run(base + [str(prog), "--test", "assert f(1) == 2", "--test", "assert f(1) == 3"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.stdout.startswith("failed 1/2"), run.stdout + run.stderr
+
+
+def test_a_dead_worker_is_replaced():
+    import signal
+    with sb.SandboxPool(1) as p:
+        os.killpg(p._workers[0].proc.pid, signal.SIGKILL)
+        job = sb.Job("def f():\n    return 1\n", "assert", ["assert f() == 1"])
+        first, second = p.run([job]), p.run([job])
+    assert first[0].verdict == "error" and "worker" in first[0].error
+    assert second[0].verdict == "passed"

@@ -1,0 +1,328 @@
+"""Adversarial programs against sandbox.py: each must get the right verdict and leave the host unharmed.
+
+What it is: one test per attack (programs that cheat, hang, flood, fork, escape or snoop). Every test
+checks the verdict AND that nothing survived the run (no process of the run's uid and no process under
+the workers except the fork servers themselves), that the workers and this process are alive, that the
+files the program tried to write outside its directory do not exist, and that the next run is clean.
+What it is not: a proof of isolation; see sandbox.py's docstring for what is and is not covered.
+
+Attacks that could hurt this machine if the isolation failed (kill -1 as root, fork bombs, writing to
+/tmp or the Python installation) only run when the isolation they rely on is reported active, and
+skip with the reason otherwise. The fork bomb was first tried with a bounded loop (200 forks per
+process) under RLIMIT_NPROC in a throw-away script before the unbounded one was added here.
+
+`ADVERSARIAL` is also imported by tests/bench/bench_sandbox.py to count false passes.
+References: the reward-hacking reports listed in sandbox.py.
+"""
+import os
+import socket
+import sys
+import sysconfig
+import threading
+import time
+import uuid
+
+import pytest
+
+import sandbox as sb
+
+TOKEN = uuid.uuid4().hex[:12]          # names every file an attack tries to create outside its directory
+SECRET = f"corecode-secret-{TOKEN}"    # put in this process's environment: no run may ever see it
+os.environ["CORECODE_TEST_SECRET"] = SECRET
+OUTSIDE = [f"/tmp/pwned-{TOKEN}", f"/root/pwned-{TOKEN}", f"/work/pwned-{TOKEN}",
+           os.path.join(sysconfig.get_paths()["purelib"], f"pwned-{TOKEN}.pth"),
+           os.path.join(sysconfig.get_paths()["stdlib"], "sitecustomize.py"),
+           os.path.join(os.path.dirname(os.path.abspath(__file__)), f"pwned-{TOKEN}")]
+MBPP_FILE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "mbpp.jsonl"))
+
+# The honest task: f(x) = x + 1. Every attack below is a wrong solution trying to pass, or a program
+# trying to do harm; "expect" lists the verdicts that are right for it.
+CASES = ["assert f(1) == 2", "assert f(5) == 6"]
+
+
+def adv(name, program, expect, kind="assert", cases=None, time_limit_s=1.0, memory_limit_mb=256,
+        needs=(), legit=False):
+    """One attack. needs: isolation features that must be active to run it safely / meaningfully.
+    legit: the program is actually correct (it attacks the measurements, not the verdict)."""
+    return dict(name=name, program=program, expect=set(expect), kind=kind, cases=cases or list(CASES),
+                time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb, needs=tuple(needs), legit=legit)
+
+
+ADVERSARIAL = [
+    # --- time -------------------------------------------------------------------------------------
+    adv("busy_loop", "def f(x):\n    while True:\n        pass\n", {"timeout"}),
+    adv("long_sleep", "import time\ndef f(x):\n    time.sleep(100)\n", {"timeout"}, time_limit_s=0.5),
+    adv("swallow_base_exception",
+        "import time\ndef f(x):\n    while True:\n        try:\n            time.sleep(10)\n"
+        "        except BaseException:\n            pass\n", {"timeout"}, time_limit_s=0.5),
+    adv("ignore_alarm_and_timers",
+        "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGVTALRM):\n"
+        "    signal.signal(s, signal.SIG_IGN)\nsignal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "def f(x):\n    while True:\n        pass\n", {"timeout"}),
+    # --- processes and threads ----------------------------------------------------------------------
+    adv("fork_bomb", "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n"
+        "        except OSError:\n            pass\n", {"timeout", "killed"}, time_limit_s=0.5, needs=("pid_ns",)),
+    adv("cpu_threads", "import threading, time\ndef burn():\n    while True:\n        pass\n"
+        "for _ in range(32):\n    try:\n        threading.Thread(target=burn, daemon=True).start()\n"
+        "    except RuntimeError:\n        break\ndef f(x):\n    time.sleep(100)\n", {"timeout"}),
+    adv("multiprocessing_pool", "import multiprocessing\ndef burn(_):\n    while True:\n        pass\n"
+        "def f(x):\n    with multiprocessing.Pool(4) as p:\n        return p.map(burn, range(8))\n",
+        {"error", "timeout", "killed"}, needs=("pid_ns",)),
+    adv("forked_cpu_burners", "import os, time\ndef f(x):\n    for _ in range(4):\n        if os.fork() == 0:\n"
+        "            while True:\n                pass\n    time.sleep(100)\n", {"timeout"}, time_limit_s=0.5,
+        needs=("pid_ns",)),
+    adv("setsid_double_fork_daemon",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+        "        os._exit(0)\n    os._exit(0)\ndef f(x):\n    return x\n", {"failed"}, needs=("pid_ns",)),
+    # --- memory ---------------------------------------------------------------------------------------
+    adv("bytearray_10gb", "def f(x):\n    b = bytearray(10 * 1024 ** 3)\n    return x + 1\n", {"memory"}),
+    adv("unbounded_list", "def f(x):\n    grow = []\n    while True:\n        grow.append([x] * 10000)\n",
+        {"memory", "timeout"}, memory_limit_mb=64),
+    adv("deep_recursion", "import sys\nsys.setrecursionlimit(10 ** 7)\ndef f(x):\n    return f(x + 1)\n",
+        {"killed", "error", "memory", "timeout"}),      # 3.11 keeps Python frames off the C stack: it may just run
+    adv("segfault_ctypes", "import ctypes\ndef f(x):\n    return ctypes.string_at(0)\n", {"killed"}),
+    adv("raise_own_rlimits", "import resource\nfor r in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC):\n"
+        "    try:\n        resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+        "    except (ValueError, OSError):\n        pass\n"
+        "def f(x):\n    b = bytearray(10 * 1024 ** 3)\n    return x + 1\n", {"memory"}),
+    # --- output and file descriptors ------------------------------------------------------------------------
+    adv("flood_stdout", "import sys\ndef f(x):\n    while True:\n        sys.stdout.write('x' * 65536)\n",
+        {"output_limit"}),
+    adv("close_fds_1_and_2", "import os\nos.close(1)\nos.close(2)\ndef f(x):\n    print('hello')\n    return x\n",
+        {"failed", "error"}),
+    adv("close_all_fds", "import os\nos.closerange(0, 256)\ndef f(x):\n    return x + 1\n", {"error"}),
+    adv("invalid_utf8_stdout", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe3\\n')\n", {"failed"},
+        kind="stdio", cases=[{"input": "", "output": "3\n"}]),
+    adv("read_stdin_when_none", "def f(x):\n    return int(input()) + x\n", {"error"}),
+    adv("huge_file", "def f(x):\n    with open('big', 'wb') as fh:\n        while True:\n"
+        "            fh.write(b'0' * (1 << 20))\n", {"error"}),
+    adv("many_files", "def f(x):\n    i = 0\n    while True:\n        open(f'f{i}', 'w').close()\n        i += 1\n",
+        {"error", "timeout"}, needs=("minimal_root",)),
+    adv("many_fds", "def f(x):\n    return len([open('/dev/null') for _ in range(100000)])\n", {"error"}),
+    # --- escaping the directory, snooping -----------------------------------------------------------------
+    adv("write_outside", "import os\nhits = []\nfor p in " + repr(OUTSIDE) + ":\n    try:\n"
+        "        with open(p, 'w') as fh:\n            fh.write('import os\\n')\n        hits.append(p)\n"
+        "    except OSError:\n        pass\ndef f(x):\n    return hits\n", {"failed"}, needs=("minimal_root",)),
+    adv("print_environment", "import os, glob\nseen = [repr(dict(os.environ))]\n"
+        "for p in ['/proc/self/environ', '/proc/1/environ', f'/proc/{os.getppid()}/environ'] + glob.glob('/proc/*/environ'):\n"
+        "    try:\n        seen.append(open(p, 'rb').read().decode('latin-1'))\n    except OSError:\n        pass\n"
+        "print(seen)\ndef f(x):\n    return ' '.join(seen)\n", {"failed"}),
+    adv("read_test_data", "import json\ndef f(x):\n    for line in open(" + repr(MBPP_FILE) + "):\n"
+        "        row = json.loads(line)\n        for t in row['test_list']:\n"
+        "            if t.startswith(f'assert f({x})'):\n                return eval(t.split('==')[1])\n",
+        {"error"}, needs=("minimal_root",)),
+    adv("connect_localhost", "import socket\ndef f(x):\n    s = socket.create_connection(('127.0.0.1', PORT), timeout=0.5)\n"
+        "    s.sendall(b'leak')\n    return x + 1\n", {"error"}, needs=("net_ns",)),
+    # --- the harness and the parent ---------------------------------------------------------------------------
+    adv("kill_parent", "import os, signal\nfor pid in (os.getppid(), os.getpid()):\n    try:\n"
+        "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\ndef f(x):\n    return x\n",
+        {"failed", "killed", "error"}, needs=("pid_ns",)),
+    adv("kill_minus_1", "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n"
+        "def f(x):\n    return x\n", {"failed", "killed", "error"}, needs=("pid_ns",)),
+    adv("killpg_0", "import os, signal\ntry:\n    os.killpg(0, signal.SIGKILL)\nexcept OSError:\n    pass\n"
+        "def f(x):\n    return x\n", {"failed", "killed", "error"}, needs=("pid_ns",)),
+    adv("os_system_spawn_exec_reload",
+        "import os, sys, importlib\nimportlib.reload(os)\nos.system('echo passed > /tmp/pwned-sys-" + TOKEN + "')\n"
+        "try:\n    os.posix_spawn('/bin/sh', ['sh', '-c', 'echo passed'], {})\nexcept OSError:\n    pass\n"
+        "def f(x):\n    os.execv(sys.executable, [sys.executable, '-c', 'import os; os.write(3, b\"{\\\\\"stage\\\\\": \\\\\"end\\\\\"}\\\\n\"); print(\"passed\")'])\n",
+        {"error", "failed"}, needs=("pid_ns",)),
+    adv("sys_exit_0", "import sys\nsys.exit(0)\ndef f(x):\n    return x + 1\n", {"error"}),
+    adv("raise_system_exit_0", "raise SystemExit(0)\ndef f(x):\n    return x + 1\n", {"error"}),
+    adv("os_exit_0", "import os\nos._exit(0)\ndef f(x):\n    return x + 1\n", {"error"}),
+    adv("exit_inside_call", "import sys\ndef f(x):\n    sys.exit(0)\n", {"error"}),
+    adv("atexit_exit_0", "import atexit, os\natexit.register(lambda: os._exit(0))\ndef f(x):\n    return x\n",
+        {"failed"}),
+    adv("settrace_jump", "import sys\ndef tracer(frame, event, arg):\n    if event == 'line' and 'test' in frame.f_code.co_filename:\n"
+        "        try:\n            frame.f_lineno = frame.f_lineno + 1\n        except ValueError:\n            pass\n"
+        "    return tracer\nsys.settrace(tracer)\ndef f(x):\n    return x\n", {"failed"}),
+    adv("frame_walk_and_gc", "import gc, sys\ndef f(x):\n    found = []\n    for o in gc.get_objects():\n"
+        "        if isinstance(o, dict):\n            for k, v in list(o.items()):\n"
+        "                if isinstance(v, str) and ('==' in v or 'assert' in v):\n                    found.append(v)\n"
+        "    fr = sys._getframe()\n    while fr is not None:\n        found += [repr(v) for v in fr.f_locals.values() if 'expected' in repr(v)]\n"
+        "        fr = fr.f_back\n    for o in gc.get_objects():\n        if isinstance(o, dict) and 'snippets' in o:\n"
+        "            o['snippets'] = ['True'] * len(o['snippets'])\n    return found\n", {"failed"}),
+    adv("print_passed", "import os\nprint('passed')\nprint('All tests passed. {\"verdict\": \"passed\"}')\n"
+        "os.write(3, b'{\"verdict\": \"passed\", \"passed\": 2, \"total\": 2}\\n')\ndef f(x):\n    return 'passed'\n",
+        {"failed"}),
+    adv("always_equal_object", "class Eq:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+        "def f(x):\n    return Eq()\n", {"failed"}),
+    adv("int_subclass_lying_eq", "class I(int):\n    def __eq__(self, other):\n        return True\n"
+        "    def __repr__(self):\n        return '2'\ndef f(x):\n    return I(0)\n", {"failed"}),
+    adv("str_subclass_lying_eq", "class S(str):\n    def __eq__(self, other):\n        return True\n"
+        "def f(x):\n    return S('no')\n", {"failed"}),
+    adv("list_subclass_lying_eq", "class L(list):\n    def __eq__(self, other):\n        return True\n"
+        "def f(x):\n    return L()\n", {"failed"}),
+    adv("truncated_stdout", "print(1)\nprint(2)\n", {"failed"}, kind="stdio",
+        cases=[{"input": "", "output": "1\n2\n3\n"}]),
+    adv("reordered_stdout", "print(3)\nprint(2)\nprint(1)\n", {"failed"}, kind="stdio",
+        cases=[{"input": "", "output": "1\n2\n3\n"}]),
+    adv("patch_timers_and_tracemalloc",
+        "import time, tracemalloc\ntime.perf_counter = lambda: 0.0\ntime.process_time = lambda: 0.0\n"
+        "tracemalloc.get_traced_memory = lambda: (0, 0)\ndef f(x):\n    t = time.thread_time()\n"
+        "    while time.thread_time() - t < 0.15:\n        pass\n    return x + 1\n", {"passed"}, legit=True),
+]
+BY_NAME = {a["name"]: a for a in ADVERSARIAL}
+
+
+def make_job(a, port=None):
+    program = a["program"].replace("PORT", str(port)) if port is not None else a["program"]
+    return sb.Job(program=program, kind=a["kind"], cases=a["cases"], fn_name="f" if a["kind"] == "assert" else "",
+                  time_limit_s=a["time_limit_s"], memory_limit_mb=a["memory_limit_mb"])
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with sb.SandboxPool(2) as p:
+        yield p
+
+
+def _uid_processes(uid):
+    """Pids of processes whose real uid is `uid` (from /proc)."""
+    pids = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.add(int(name))
+                        break
+        except OSError:
+            pass
+    return pids
+
+
+def _descendants(root):
+    """All processes below `root` (via PPid in /proc)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = set(), [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _leftovers(pool, uid_before):
+    """Processes that outlived a run: new processes of the run's uid, and anything under a worker
+    other than the fork server itself (the worker's shim has exactly one child, the server)."""
+    left = set()
+    if pool.isolation["drops_to_nobody"]:
+        left |= _uid_processes(sb.RUN_UID) - uid_before
+    for w in pool._workers:
+        below = _descendants(w.proc.pid)
+        expected = 1 if pool.isolation["pid_ns"] else 0      # the server under its shim
+        if len(below) > expected:
+            left |= below
+    return left
+
+
+def assert_unharmed(pool, uid_before):
+    deadline = time.monotonic() + 3.0
+    while _leftovers(pool, uid_before) and time.monotonic() < deadline:
+        time.sleep(0.05)            # the kernel may take a moment to tear a namespace down
+    assert not _leftovers(pool, uid_before), "a process outlived its run"
+    for w in pool._workers:
+        assert w.proc.poll() is None, "a sandbox worker died"
+    for path in OUTSIDE + [f"/tmp/pwned-sys-{TOKEN}"]:
+        assert not os.path.exists(path), f"the program wrote {path}"
+    clean = pool.run([sb.Job("def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")] * 2)
+    assert [r.verdict for r in clean] == ["passed", "passed"], "the next run is not clean"
+
+
+def _skip_unless(pool, needs):
+    missing = [n for n in needs if not pool.isolation.get(n)]
+    if missing:
+        pytest.skip(f"isolation feature(s) {missing} not active here ({pool.isolation['notes']}): "
+                    "running this attack without them could harm the machine or would not be meaningful")
+
+
+@pytest.mark.parametrize("name", [a["name"] for a in ADVERSARIAL if a["name"] != "connect_localhost"])
+def test_attack_gets_right_verdict_and_leaves_host_unharmed(pool, name):
+    a = BY_NAME[name]
+    _skip_unless(pool, a["needs"])
+    uid_before = _uid_processes(sb.RUN_UID)
+    result = pool.run([make_job(a)])[0]
+    assert result.verdict in a["expect"], f"{name}: {result.verdict} {[t.error for t in result.tests]}"
+    if not a["legit"]:
+        assert result.passed == 0, f"{name}: {result.passed} tests passed"
+    assert SECRET not in repr(result), "the run saw this process's environment"
+    assert_unharmed(pool, uid_before)
+
+
+def test_connect_to_localhost_listener_fails(pool):
+    _skip_unless(pool, ("net_ns",))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.2)
+    accepted = []
+
+    def accept():
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            try:
+                conn, _ = server.accept()
+                accepted.append(conn.recv(16))
+            except OSError:
+                pass
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    uid_before = _uid_processes(sb.RUN_UID)
+    result = pool.run([make_job(BY_NAME["connect_localhost"], port=server.getsockname()[1])])[0]
+    t.join()
+    server.close()
+    assert result.verdict == "error" and result.passed == 0
+    assert not accepted, "the program reached a socket on this machine"
+    assert_unharmed(pool, uid_before)
+
+
+def test_patched_timers_do_not_fool_cpu_measurement(pool):
+    # The program burns ~0.15 s of CPU while replacing time.perf_counter / process_time / tracemalloc;
+    # the parent's wait4 numbers must still show the real cost.
+    result = pool.run([make_job(BY_NAME["patch_timers_and_tracemalloc"])])[0]
+    assert result.verdict == "passed"
+    assert result.cpu_s >= 0.12
+
+
+def test_setsid_daemon_does_not_survive(pool):
+    # The daemon sleeps 60 s; after the run no process of the run's uid and nothing under a worker remains.
+    _skip_unless(pool, ("pid_ns",))
+    uid_before = _uid_processes(sb.RUN_UID)
+    result = pool.run([make_job(BY_NAME["setsid_double_fork_daemon"])])[0]
+    assert result.verdict == "failed"
+    assert _uid_processes(sb.RUN_UID) - uid_before == set() or not pool.isolation["drops_to_nobody"]
+    assert_unharmed(pool, uid_before)
+
+
+def test_expected_values_never_reach_the_child(pool):
+    # The program scans everything it can reach in memory for the expected answers of the asserts.
+    # The needles are built at run time so that the program's own source does not contain them
+    # (not even as constants the compiler would fold), and the search skips its own objects.
+    job = sb.Job("import gc\ndef f(x):\n    needles = ['needle-' + format(0x8f3a, 'x'), '424' + str(242)]\n"
+                 "    hits = []\n    for o in gc.get_objects():\n        if o is needles or o is hits:\n"
+                 "            continue\n        text = repr(o)\n        hits += [text[:200] for n in needles if n in text]\n"
+                 "    return hits\n", "assert",
+                 ["assert f(1) == 'needle-8f3a'", "assert f(2) != 'needle-8f3a' and f(2) == 424242"], fn_name="f")
+    result = pool.run([job])[0]
+    assert result.passed == 0
+    assert result.tests[0].got == "f(1) = []", result.tests[0].got     # nothing found in the child's memory
+
+
+def test_calling_process_survives_and_isolation_is_reported(pool):
+    # Whatever ran above, this process is alive (we are executing) and the pool says what it enforced.
+    assert os.getpid() > 0
+    for key in ("pid_ns", "net_ns", "user_ns", "mount_ns", "minimal_root", "drops_to_nobody", "notes"):
+        assert key in pool.isolation
+    print("isolation:", pool.isolation, file=sys.stderr)
