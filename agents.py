@@ -1,0 +1,1153 @@
+"""Agents: load a Hugging Face causal LM, sample from it with a KV cache, and talk to it in chat format.
+
+What it is. The one place where text goes into a model and text comes out:
+  - `load_model`: a local HF model directory or a hub id -> (model, tokenizer), bf16 on CUDA, fp32 on CPU,
+    with one clear error line when the path is wrong.
+  - `sample`: a hand-written batched sampler on top of the model's own forward and a transformers
+    `DynamicCache`. Prompts are left-padded, each prompt is prefilled ONCE and its cache is copied to
+    its G group rows (row i*G+g = prompt i, sample g), then all B = n_prompts*G rows decode together
+    with a per-row stop (EOS, optional stop strings), temperature / top-k / top-p, and a seeded
+    torch.Generator. It returns the token ids and the completion mask that GRPO trains on.
+  - `chat_prompt`: the chat template with the assistant turn opened.
+  (Role prompts, code extraction and the multi-agent pipelines follow further down this file.)
+
+What it is not. Not a serving engine: no continuous batching, no paged attention, no speculative
+decoding, no beam search. It never computes a loss and never needs gradients (sampling runs under
+torch.no_grad() inside `sample`, never as a decorator on a forward, so the same model stays trainable).
+
+References (read, not copied):
+  - gpt-fast (pytorch-labs): the prefill / decode_one_token / decode_n_tokens decomposition and the
+    "exponential race" draw (argmax p/q, q ~ Exp(1)) that samples a categorical without a host sync.
+  - HF transformers `GenerationMixin.generate`: left padding, position ids from the attention mask
+    (cumsum - 1), finished rows continue with the pad token; our greedy output is tested to equal it.
+  - nanoGPT `generate`: temperature, then top-k, then sample; the plainest statement of the loop.
+"""
+import ast
+import contextlib
+import inspect
+import json
+import os
+import re
+import textwrap
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+# ----------------------------------------------------------------------------------------------------
+# Loading
+
+# Accepted spellings of --dtype; "auto" means the device default chosen in `load_model`.
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+
+# A hub id is "name" or "org/name" made of word characters, dots and dashes. Anything else (a leading
+# "/", "./", "~", several slashes) is a local path, and a missing local path must fail at once rather
+# than send a doomed request to the hub (no internet here: that would hang on retries).
+_HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?$")
+
+_WHAT_TO_PASS = ("pass a local Hugging Face model directory (config.json + weights + tokenizer files, e.g. "
+                 "the path printed by ../shared/models/get-model qwen2.5-coder-0.5b-instruct) "
+                 "or a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct")
+
+
+def default_device():
+    """'cuda' when a GPU is visible, else 'cpu' (MPS is left out on purpose: untested here)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype, device):
+    """None / 'auto' -> bf16 on CUDA (fp16 if the GPU lacks bf16), fp32 elsewhere; or parse a name.
+
+    our choice: fp32 on CPU because bf16 matmuls on CPU are slow and lose precision for no memory we need.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        if str(device).startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)} or auto")
+    return DTYPES[dtype]
+
+
+def _check_local_model_dir(path):
+    """Fail with one line unless `path` looks like a loadable HF model directory."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model not found: {path!r} does not exist; {_WHAT_TO_PASS}")
+    if not os.path.isdir(path):
+        raise ValueError(f"model path {path!r} is a file, not a directory; {_WHAT_TO_PASS}")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValueError(f"model directory {path!r} has no config.json; {_WHAT_TO_PASS}")
+
+
+def _hub_reachable(timeout_s=3.0):
+    """True when a TCP connection to the HF endpoint (HF_ENDPOINT or huggingface.co) opens within timeout_s."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+        return True
+    except OSError:  # DNS failure, refused, unreachable, timeout: all mean "no hub from here"
+        return False
+
+
+def load_model(name_or_path, device=None, dtype=None):
+    """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device`.
+
+    device: None -> `default_device()`. dtype: None/'auto' -> bf16 on CUDA, fp32 on CPU; or a name in
+    DTYPES / a torch.dtype. Errors are one line saying what to pass instead: FileNotFoundError for a
+    missing local path, ValueError for a directory that is not a model or fails to load.
+    """
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name_or_path = os.path.expanduser(str(name_or_path))
+    device = device or default_device()
+    dtype = resolve_dtype(dtype, device)
+    is_local = os.path.exists(name_or_path) or not _HUB_ID.match(name_or_path)
+    if is_local:
+        _check_local_model_dir(name_or_path)
+    # A hub id is tried from the local HF cache first (answers at once offline); only a cache miss goes
+    # to the network, and only after a 3-second probe says the hub answers at all: without a network the
+    # hub client would otherwise retry with back-off for about a minute. HF_HUB_OFFLINE=1 skips the network.
+    online = not is_local and os.environ.get("HF_HUB_OFFLINE") != "1"
+    tries = [True, False] if online else [True]
+    error = None
+    for local_only in tries:
+        if not local_only and not _hub_reachable():
+            raise ValueError(f"model {name_or_path!r} is not a local directory, not in the local HF cache, "
+                             f"and the hub is unreachable (offline?); {_WHAT_TO_PASS}") from error
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, local_files_only=local_only)
+            break
+        # What a corrupt or absent checkpoint raises in transformers / huggingface_hub (their errors subclass
+        # these) and safetensors (its own class); turn it into one line and keep the cause chained.
+        except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
+            error = e
+    else:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        where = "directory" if is_local else "hub id (offline? not in the local HF cache)"
+        raise ValueError(f"could not load model {where} {name_or_path!r}: {first_line}; {_WHAT_TO_PASS}") from error
+    # Some tokenizers ship without a pad token. Reusing EOS is safe here because `sample` derives the
+    # completion mask from its own "finished" state, never by comparing tokens with the pad id.
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # Decoder-only generation needs left padding so that every row's last prompt token is at the end.
+    tokenizer.padding_side = "left"
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def chat_prompt(tokenizer, system, user):
+    """The chat template applied to [system, user] with the assistant turn opened, as a string.
+
+    our choice: an empty `system` is left out (the template then uses its own default, e.g. Qwen's)
+    because some templates reject an empty system message.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this tokenizer has no chat template; use an instruct/chat model directory")
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sampling: token choice (pure functions)
+
+def filter_logits(logits, top_k=0, top_p=1.0):
+    """Keep the top-k and then the top-p nucleus of each row; everything else becomes -inf. (B, V) -> (B, V).
+
+    top_k <= 0 and top_p >= 1 switch the filters off. The nucleus keeps the smallest set of most likely
+    tokens whose mass reaches top_p (the token that crosses top_p is kept), so at least one survives.
+    The order (temperature -> top-k -> top-p) is the one HF generate applies.
+    """
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # mass strictly before each token; a token is dropped once the tokens above it already reach top_p
+        mass_before = probs.cumsum(dim=-1) - probs  # (B, V)
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_token(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    """Pick one token per row from (B, V) logits -> (B,) int64. temperature == 0 is greedy (argmax).
+
+    The draw is the exponential race argmax(p / q), q ~ Exp(1) i.i.d., which samples exactly from p
+    (the same as torch.multinomial) but needs no device-to-host sync on CUDA. Each row gets its own q,
+    so rows that share a prompt (a GRPO group) still draw independent tokens.
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = filter_logits(logits.float() / temperature, top_k, top_p)
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    q = torch.empty_like(probs).exponential_(1.0, generator=generator)  # (B, V)
+    return (probs / q).argmax(dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sampling: the model side (prefill once, expand to the group, decode with the cache)
+
+@dataclass
+class Samples:
+    """What `sample` returns. B = n_prompts * G; row i*G+g is sample g of prompt i. T = decode steps run."""
+    prompt_ids: torch.Tensor       # (B, P) left-padded prompts
+    prompt_mask: torch.Tensor      # (B, P) 1 on prompt tokens, 0 on left padding
+    completion_ids: torch.Tensor   # (B, T) generated tokens, right-padded with the pad id
+    completion_mask: torch.Tensor  # (B, T) 1 on generated tokens INCLUDING the EOS token, 0 after
+    texts: list = field(default_factory=list)  # B decoded completions (no EOS; stop string cut unless keep_stop)
+
+
+@dataclass
+class _ForwardArgs:
+    """Which keyword names this model's forward uses (they changed across transformers versions)."""
+    cache: str           # "cache" (transformers >= 5.x) or "past_key_values"
+    logits_to_keep: str  # "logits_to_keep", "num_logits_to_keep", or "" when unsupported
+
+
+def _forward_args(model):
+    params = inspect.signature(model.forward).parameters
+    keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), "")
+    return _ForwardArgs(cache="cache" if "cache" in params else "past_key_values", logits_to_keep=keep)
+
+
+def _last_logits(model, fa, input_ids, attention_mask, position_ids, cache):
+    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V)."""
+    kwargs = {fa.cache: cache, "use_cache": True}
+    if fa.logits_to_keep:
+        # Only the last position goes through the output layer: with a 152k vocabulary the full
+        # (B, S, V) prefill logits would be the largest tensor of the whole rollout.
+        kwargs[fa.logits_to_keep] = 1
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
+    return out.logits[:, -1, :].float()  # (B, V)
+
+
+def prefill(model, fa, prompt_ids, prompt_mask, cache):
+    """Run the n distinct prompts once, filling `cache`. (n, P) -> next-token logits (n, V)."""
+    # Position of each real token = how many real tokens precede it; pads get 0 (masked anyway).
+    position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # (n, P)
+    return _last_logits(model, fa, prompt_ids, prompt_mask, position_ids, cache)
+
+
+def decode_one_token(model, fa, token, attention_mask, position_ids, cache):
+    """Feed one token per row. token (B,), attention_mask (B, P+t+1), position_ids (B,) -> logits (B, V)."""
+    return _last_logits(model, fa, token[:, None], attention_mask, position_ids[:, None], cache)
+
+
+def decode_n_tokens(model, fa, tokenizer, logits, full_mask, positions, cache, n_prompt, max_new_tokens,
+                    eos_ids, pad_id, stop, temperature, top_k, top_p, generator):
+    """The decode loop. From the first logits (B, V) run up to max_new_tokens steps; return (ids, mask), (B, T).
+
+    full_mask is the prompt mask followed by ones, (B, P + max_new_tokens) or its 4D form (see `_decode_mask`),
+    or None when nothing is padded: step t attends to its first P + t + 1 columns, a view, so nothing is
+    concatenated per step.
+    HF generate also keeps attending to the pad tokens a finished row keeps receiving; those rows'
+    outputs are thrown away, so that costs compute but never correctness.
+    """
+    B = logits.shape[0]
+    device = logits.device
+    ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
+    mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)  # (B, N)
+    finished = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
+    # Longest stop string in characters; a token adds >= 1 character except for partial UTF-8 bytes,
+    # so 4 tokens per character (+ slack) always cover a stop string that ends in the newest token.
+    window = 4 * max((len(s) for s in stop), default=0) + 4
+    T = 0
+    for t in range(max_new_tokens):
+        token = sample_token(logits, temperature, top_k, top_p, generator)  # (B,)
+        # The mask is "this row was still running when it produced this token": it therefore
+        # includes the EOS token itself. It is never recomputed from the pad id (pad == eos is common).
+        alive = ~finished  # (B,)
+        token = torch.where(alive, token, pad_id)  # (B,) finished rows only ever emit pad
+        ids[:, t] = token
+        mask[:, t] = alive
+        finished |= torch.isin(token, eos_ids)
+        T = t + 1
+        if stop:
+            finished |= _hit_stop(tokenizer, ids, finished, t, window, stop)
+        # One host sync per step (not per row) to end early once every row is done.
+        if t + 1 == max_new_tokens or bool(finished.all()):
+            break
+        step_mask = None if full_mask is None else full_mask[..., : n_prompt + t + 1]  # (B, P+t+1) or (B,1,1,P+t+1)
+        logits = decode_one_token(model, fa, token, step_mask, positions, cache)  # (B, V)
+        positions = positions + 1
+    return ids[:, :T], mask[:, :T]
+
+
+def _decode_mask(model, prompt_mask, max_new_tokens):
+    """The attention mask of every decode step, built once: (B, P + N), or (B, 1, 1, P + N) bool for SDPA.
+
+    With SDPA and only full-attention layers we hand the model the 4D boolean mask it would build itself
+    from the 2D one (for one query token: "attend to every real key so far"; transformers returns a
+    prepared 4D mask as is). That skips HF's mask construction, about a tenth of a decode step on small
+    models, with bit-identical attention. Other attention kernels (eager wants an additive float mask,
+    flash-attention wants the 2D mask) and sliding-window layers get the plain 2D mask.
+    """
+    B = prompt_mask.shape[0]
+    mask2d = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)  # (B, P+N)
+    import transformers
+
+    config = model.config
+    full_attention_only = all(t == "full_attention" for t in getattr(config, "layer_types", None) or ["full_attention"])
+    # transformers 4.x read a custom 4D mask differently per model; the pass-through is a v5 contract.
+    v5 = int(transformers.__version__.split(".")[0]) >= 5
+    if v5 and getattr(config, "_attn_implementation", None) == "sdpa" and full_attention_only:
+        return mask2d.bool()[:, None, None, :]  # (B, 1, 1, P+N)
+    return mask2d
+
+
+def _hit_stop(tokenizer, ids, finished, t, window, stop):
+    """(B,) bool: running rows whose decoded tail (last `window` tokens up to step t) contains a stop string."""
+    hit = torch.zeros_like(finished)
+    rows = (~finished).nonzero().flatten().tolist()
+    if not rows:
+        return hit
+    tails = tokenizer.batch_decode(ids[rows, max(0, t + 1 - window): t + 1].tolist())
+    for row, text in zip(rows, tails):
+        if any(s in text for s in stop):
+            hit[row] = True
+    return hit
+
+
+@contextmanager
+def _eval_mode(model):
+    """Dropout off while sampling (rollouts come from the policy itself), then every module's mode restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+
+
+def stop_token_ids(model, tokenizer):
+    """Every id that ends a completion: the tokenizer's EOS plus the generation config's (Qwen lists two)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update([gen] if isinstance(gen, int) else list(gen or []))
+    return sorted(ids)
+
+
+def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
+           stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, add_special_tokens=False):
+    """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
+
+    prompts: non-empty list of non-empty strings (already chat-formatted, see `chat_prompt`).
+    temperature: 0 means greedy (top_k / top_p are then irrelevant). top_k=0 / top_p=1 switch those off.
+    stop: optional list of strings; a row stops after the token that completes one of them.
+    generator / seed: the torch.Generator for the draws (on the model's device), or a seed to make one;
+        with neither, a seed is drawn from torch's global RNG, so torch.manual_seed still reproduces runs.
+    eos_token_ids: ids that end a row; None = `stop_token_ids(model, tokenizer)`, () = never stop on EOS.
+    keep_stop: our choice: False (texts are cut before the stop string) because callers extract code or
+        plans from the text; the token ids and mask still include the tokens that spelled the stop string.
+    add_special_tokens: our choice: False because prompts come from the chat template, which already
+        writes every special token the model expects (a tokenizer adding BOS again would double it).
+    """
+    if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+        raise ValueError("sample() needs a non-empty list of prompt strings")
+    if not all(isinstance(p, str) and p for p in prompts):
+        raise ValueError("every prompt must be a non-empty string")
+    if not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
+    if isinstance(stop, str):
+        stop = [stop]
+    stop = [s for s in (stop or []) if s]
+
+    device = next(model.parameters()).device
+    G = group_size
+    if temperature > 0 and generator is None:
+        if seed is None:
+            seed = int(torch.randint(2**62, ()).item())
+        generator = torch.Generator(device=device).manual_seed(seed)
+    eos = stop_token_ids(model, tokenizer) if eos_token_ids is None else list(eos_token_ids)
+    eos_ids = torch.tensor(eos, dtype=torch.long, device=device)  # (E,)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+
+    enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt",
+                    add_special_tokens=add_special_tokens)
+    prompt_ids = enc["input_ids"].to(device)  # (n, P)
+    prompt_mask = enc["attention_mask"].to(device)  # (n, P)
+    n, P = prompt_ids.shape
+    fa = _forward_args(model)
+
+    from transformers import DynamicCache
+
+    with torch.no_grad(), _eval_mode(model):
+        try:
+            cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
+        except TypeError:
+            cache = DynamicCache()  # transformers < 4.56 takes no config
+        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
+        logits = prefill(model, fa, prompt_ids, prompt_mask, cache)  # (n, V)
+        # 2) copy the cache and the logits to the G rows of each group (row i*G+g). The first token is then
+        #    drawn from the (B, V) logits with an independent draw per row, not drawn once and broadcast,
+        #    which would make every group start identically and shrink its reward variance.
+        if G > 1:
+            cache.batch_repeat_interleave(G)
+            logits = logits.repeat_interleave(G, dim=0)  # (B, V)
+        prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (B, P)
+        prompt_mask = prompt_mask.repeat_interleave(G, dim=0)  # (B, P)
+        B = n * G
+        # Like HF generate: without any padding the mask is dropped, so attention can use its causal fast path.
+        full_mask = None if bool(prompt_mask.all()) else _decode_mask(model, prompt_mask, max_new_tokens)
+        positions = prompt_mask.sum(-1)  # (B,) position of the first generated token
+        # 3) decode
+        ids, mask = decode_n_tokens(model, fa, tokenizer, logits, full_mask, positions, cache, P, max_new_tokens,
+                                    eos_ids, pad_id, stop, temperature, top_k, top_p, generator)
+        del cache  # the KV cache is the largest rollout tensor; free it before the caller trains
+
+    texts = _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop)
+    return Samples(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=ids, completion_mask=mask,
+                   texts=texts)
+
+
+def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop):
+    """Decode each row's masked tokens, minus a final EOS token; cut at the first stop string unless keep_stop."""
+    lengths = mask.sum(-1)  # (B,)
+    last = ids.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]  # (B,) last generated token
+    ends_with_eos = torch.isin(last, eos_ids) & (lengths > 0)  # (B,)
+    keep = (lengths - ends_with_eos.long()).tolist()  # one host sync for the whole batch
+    rows = ids.tolist()
+    texts = tokenizer.batch_decode([row[:k] for row, k in zip(rows, keep)])
+    if stop and not keep_stop:
+        cut = []
+        for text in texts:
+            hits = [i for i in (text.find(s) for s in stop) if i >= 0]
+            cut.append(text[: min(hits)] if hits else text)
+        texts = cut
+    return texts
+
+
+# ---------------------------------------------------------------------------------------------------
+
+# ===================================================================================================
+# Roles: prompts, plan post-processing, code extraction, multi-agent pipelines
+#
+# What this section is: the text side of the agents. Prompt templates are module constants (a system
+# message and a user template per role), applied through the tokenizer's chat template by
+# `chat_prompt`. `extract_code` turns a raw completion into a program; `clean_plan` turns a raw
+# Planner completion into an Algorithmic Thought. `run_method` runs one inference method (direct, CoT,
+# SCoT, Planner->Coder, Reflexion-style repair) over a batch of problems, one `sample` call per stage.
+# What it is not: training (train.py builds its rollouts from the same prompt functions and `sample`),
+# scoring (evaluate.py runs the hidden tests), or execution (Reflexion alone calls the sandbox, and only
+# on PUBLIC tests).
+# References: Structured CoT (Li et al. 2023, "Structured Chain-of-Thought Prompting for Code
+# Generation"): I/O structure + sequence / branch / loop; Reflexion (Shinn et al. 2023): retry from
+# verbal feedback on failing visible tests; MBPP prompt wording (Austin et al. 2021): "Your code should
+# pass these tests". The CoRe-Code paper's own prompts are not available: every prompt below is ours.
+# ===================================================================================================
+
+# ---- prompt templates ------------------------------------------------------------------------------
+# Design notes (measured on the untrained 0.5B, see DESIGN.md): plans ran to the token cap, a quarter
+# contained code, and plans with code did worse. So the Planner prompt is short and firm, shows the
+# exact format once as a skeleton, says "no code" twice, and says where to stop; the answer is also
+# pre-filled with the first label (PLAN_PREFIX) so the format is started for the model.
+
+PLANNER_SYSTEM = (
+    "You are the Planner in a two-agent team. You never write code: a Coder writes the program from your plan.\n"
+    "For the given problem, write an Algorithmic Thought: four short labelled parts, in this order:\n"
+    "Input/Output: the inputs in the order the function or program receives them (names, types), and the exact output.\n"
+    "Steps: the ordered steps of the algorithm, numbered, one short sentence each.\n"
+    "Conditions: the branches and edge cases to handle.\n"
+    "Loops: what is iterated over and when it stops.\n"
+    "Rules: plain English only. No code, no code blocks, no function bodies. "
+    "At most 100 words. Stop right after the Loops part."
+)
+
+# The format, shown once as a skeleton. our choice: placeholders, not a worked toy problem, because
+# the untrained 0.5B copied the toy example's content into real plans ("a number is even when ..."
+# landed in the plan of a plain sum problem, and the Coder then summed only even numbers).
+PLANNER_FORMAT = (
+    "Input/Output: <the inputs, in order, with names and types>; <the exact output>.\n"
+    "Steps: 1. <first step>. 2. <next step>. 3. <...>\n"
+    "Conditions: <the branches and edge cases>.\n"
+    "Loops: <what is iterated over, and when it stops>."
+)
+
+PLANNER_PROMPT = (
+    "{problem}\n\n"
+    "Write the Algorithmic Thought for this problem in exactly this format, replacing each <...>:\n"
+    "{format}\n\n"
+    "No code. Stop after Loops."
+)
+
+# The Planner's answer starts with this text (it is part of the prompt, not of the completion).
+PLAN_PREFIX = "Input/Output:"
+
+# The four labels, in order (tests and `clean_plan` use them).
+PLAN_SECTIONS = ("Input/Output", "Steps", "Conditions", "Loops")
+
+# Stop strings for the Planner: the start of a code block ends a plan (everything after it is code).
+PLANNER_STOP = ("```", "\ndef ", "\nclass ", "\nimport ")
+
+CODER_SYSTEM = "You are an expert Python programmer. You write correct, efficient Python 3 code."
+
+# How the answer must look, per test kind (the extractor relies on the fence; the "no example usage"
+# rule matters because module-level calls run before the tests and can crash or wait on stdin).
+CODE_FORMAT = {
+    "assert": (
+        "Write the Python function {entry}. Answer with one ```python code block that contains only the "
+        "function and the imports or helpers it needs: no example usage, no print, no input(), no tests."
+    ),
+    "functional": (
+        "Write the Python function {entry} (as a method of class Solution if starter code gives one). "
+        "Answer with one ```python code block that contains only the code: no example usage, no print, no input()."
+    ),
+    "stdio": (
+        "Write a complete Python 3 program that reads the input from standard input and prints the answer "
+        "to standard output. Answer with one ```python code block."
+    ),
+}
+
+DIRECT_PROMPT = "{problem}\n\n{format}"
+
+CODER_PROMPT = (
+    "{problem}\n\n"
+    "Here is a plan for solving it:\n{plan}\n\n"
+    "Follow the plan. {format}"
+)
+
+COT_PROMPT = (
+    "{problem}\n\n"
+    "Let's think step by step. First explain briefly how to solve the problem, then give the code. {format}"
+)
+
+# SCoT: the untrained form of an Algorithmic Thought (I/O + sequence / branch / loop), then the code,
+# in one answer by one model.
+SCOT_PROMPT = (
+    "{problem}\n\n"
+    "First write a short structured solving process in plain English:\n"
+    "Input/Output: the inputs and the output.\n"
+    "Sequence: the ordered steps.\n"
+    "Branch: the conditions and edge cases.\n"
+    "Loop: what is iterated over.\n"
+    "Then write the code that implements it. {format}"
+)
+
+# Reflexion-style repair: reflection and rewrite in one answer. our choice: one call, where Reflexion
+# makes a separate reflection call first, because it halves the sampling passes per repair round.
+REPAIR_PROMPT = (
+    "{problem}\n\n"
+    "Your previous answer was:\n```python\n{code}\n```\n"
+    "It failed a test:\n{feedback}\n\n"
+    "First say in one or two sentences what is wrong, then write the corrected complete code. {format}"
+)
+
+NO_CODE_FEEDBACK = "Your previous answer contained no Python code."
+
+
+# ---- rendering a problem ---------------------------------------------------------------------------
+
+
+def _clip(s, limit):
+    """Cut long example text (stdin can be megabytes) so prompts stay bounded."""
+    s = str(s)
+    return s if len(s) <= limit else s[:limit] + "\n... (truncated)"
+
+
+def _functional_call(fn_name, case):
+    """Render a functional test case {input: JSON lines, output: JSON} as `fn(args) == out` when possible."""
+    try:
+        args = [json.loads(line) for line in case["input"].splitlines() if line.strip()]
+        out = json.loads(case["output"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # Not valid JSON: show the raw text rather than fail (the sandbox reports the real problem).
+        return f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}" if isinstance(case, dict) else str(case)
+    return f"{fn_name}({', '.join(repr(a) for a in args)}) == {out!r}"
+
+
+def problem_text(problem, max_examples=3, max_example_chars=1000):
+    """The problem as shown to every role: statement, starter code, public tests / examples.
+
+    Only `problem.public_tests` are shown, never hidden tests. our choice: at most `max_examples` public
+    examples of at most `max_example_chars` characters each, because stdio inputs can be huge and the
+    0.5B model loses the instruction in long prompts.
+    """
+    starter = problem.starter_code.strip()
+    if starter and starter == problem.statement.strip():
+        # HumanEval: the statement IS the code to complete (signature + docstring); show it once, fenced.
+        parts = [f"Complete the following Python code:\n```python\n{starter}\n```"]
+    else:
+        parts = [problem.statement.strip()]
+        if starter:
+            parts.append(f"Complete this starter code:\n```python\n{starter}\n```")
+    tests = list(problem.public_tests)[:max_examples]
+    if problem.kind == "assert" and tests:
+        head = "Your code should pass this test:" if len(tests) == 1 else "Your code should pass these tests:"
+        parts.append(head + "\n" + "\n".join(_clip(t, max_example_chars) for t in tests))
+    elif problem.kind == "functional" and tests:
+        calls = [_clip(_functional_call(problem.entry_point, t), max_example_chars) for t in tests]
+        parts.append("Examples:\n" + "\n".join(calls))
+    elif problem.kind == "stdio" and tests:
+        for k, t in enumerate(tests, 1):
+            parts.append(
+                f"Example {k}\nInput:\n{_clip(t['input'], max_example_chars).rstrip()}\n"
+                f"Output:\n{_clip(t['output'], max_example_chars).rstrip()}"
+            )
+    return "\n\n".join(parts)
+
+
+def code_format(problem):
+    """The answer-format instruction for the problem's test kind (names the function when known)."""
+    entry = f"`{problem.entry_point}`" if problem.entry_point else "that solves the problem"
+    return CODE_FORMAT[problem.kind].format(entry=entry)
+
+
+# ---- one prompt function per role (each returns the full chat-formatted prompt string) ------------
+
+
+def planner_prompt(tokenizer, problem):
+    """Planner: problem -> Algorithmic Thought. The answer is pre-filled with PLAN_PREFIX."""
+    user = PLANNER_PROMPT.format(problem=problem_text(problem), format=PLANNER_FORMAT)
+    return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + PLAN_PREFIX
+
+
+def coder_prompt(tokenizer, problem, plan):
+    """Coder: problem + plan -> one fenced program."""
+    user = CODER_PROMPT.format(problem=problem_text(problem), plan=plan.strip() or "(no plan)", format=code_format(problem))
+    return chat_prompt(tokenizer, CODER_SYSTEM, user)
+
+
+def direct_prompt(tokenizer, problem):
+    """Coder alone (no plan): the baseline that Collaboration Gain compares against."""
+    return chat_prompt(tokenizer, CODER_SYSTEM, DIRECT_PROMPT.format(problem=problem_text(problem), format=code_format(problem)))
+
+
+def cot_prompt(tokenizer, problem):
+    """Chain of thought: free-form reasoning, then code, in one answer."""
+    return chat_prompt(tokenizer, CODER_SYSTEM, COT_PROMPT.format(problem=problem_text(problem), format=code_format(problem)))
+
+
+def scot_prompt(tokenizer, problem):
+    """Structured chain of thought: I/O + sequence / branch / loop, then code, in one answer."""
+    return chat_prompt(tokenizer, CODER_SYSTEM, SCOT_PROMPT.format(problem=problem_text(problem), format=code_format(problem)))
+
+
+def repair_prompt(tokenizer, problem, code, feedback):
+    """Reflexion-style repair: the previous program + feedback from a failing PUBLIC test -> new program."""
+    user = REPAIR_PROMPT.format(
+        problem=problem_text(problem), code=code.rstrip() or "# (no code)", feedback=feedback.strip(),
+        format=code_format(problem),
+    )
+    return chat_prompt(tokenizer, CODER_SYSTEM, user)
+
+
+# ---- plan post-processing --------------------------------------------------------------------------
+
+# A line that starts a Python definition / import (code that leaked into a plan without a fence).
+_CODE_START = re.compile(r"^\s*(def\s+\w+\s*\(|class\s+\w+\s*[(:]|import\s+\w|from\s+[\w.]+\s+import\s)")
+# A label line of the Loops part (optionally numbered / bold / a heading): "4. **Loops**:", "### Loops".
+_LOOPS_LABEL = re.compile(r"^[\s#>*\-]*(\d+[.)]\s*)?[*_]*\s*(loops?|iterations?)[*_]*\s*(:|$)", re.I | re.M)
+# A heading, a typical "here is the code" transition, or a new "Label:" at column 0 (e.g. "Rules:").
+_AFTER_PLAN = re.compile(
+    r"^(\s*#+\s|\s*\*\*?(code|implementation|solution)|\s*(here is|here's|now,? |the code|code:|implementation|solution:|example)"
+    r"|[A-Za-z][\w /-]{0,30}:)", re.I)
+
+
+def clean_plan(text, prefix=PLAN_PREFIX):
+    """Raw Planner completion -> Algorithmic Thought: no code, and nothing after the Loops part.
+
+    Steps: (1) put back the pre-filled `prefix`; (2) cut at the first Python code block or code-looking
+    definition line (a fence whose body is prose, e.g. the whole plan wrapped in ```text, is unwrapped
+    instead); (3) cut at the end of the Loops part: its first blank line, heading, "Here is the code"
+    line or new "Label:" line (the 0.5B sometimes adds a "Rules:" part). our choice: cut, never rewrite, because plans with code did worse and the Coder must see
+    what the Planner wrote, not our edit of it.
+    """
+    text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
+    out = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _FENCE.match(line)
+        if m:
+            body = []
+            j = i + 1
+            while j < len(lines) and not _FENCE.match(lines[j]):
+                body.append(lines[j])
+                j += 1
+            lang = m.group(2).lower()
+            if lang in _PY_LANGS and (lang or _looks_like_python("\n".join(body))):
+                break  # real code: the plan ends here
+            out.extend(body)  # a prose block: keep its text, drop the fence lines
+            i = j + 1
+            continue
+        if _CODE_START.match(line):
+            break
+        out.append(line)
+        i += 1
+    plan = "\n".join(out)
+    # Cut after the Loops part: from its label, the part ends at a blank line or a non-plan line.
+    m = None
+    for m in _LOOPS_LABEL.finditer(plan):
+        pass  # the last Loops label (an early "Loops" word inside Steps should not end the plan)
+    if m is not None:
+        head, tail = plan[: m.start()], plan[m.start():].split("\n")
+        keep = [tail[0]]
+        for line in tail[1:]:
+            if not line.strip() or _AFTER_PLAN.match(line):
+                break
+            keep.append(line)
+        plan = head + "\n".join(keep)
+    plan = re.sub(r"\n{3,}", "\n\n", plan)
+    return plan.strip()
+
+
+def plan_sections(plan):
+    """Which of the four labels occur in a plan, in order of PLAN_SECTIONS (a format check for logs/tests)."""
+    return [s for s in PLAN_SECTIONS if re.search(r"\b" + re.escape(s) + r"\b", plan, re.I)]
+
+
+# ---- code extraction -------------------------------------------------------------------------------
+
+# A fence line: ``` or ~~~ (3+), an optional language tag, an info string (e.g. ```python:sol.py).
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+#.-]*)(.*)$")
+# Tags treated as Python; an untagged block counts only if it looks like Python.
+_PY_LANGS = {"", "python", "py", "python3", "py3", "python2"}
+# Lines that only Python code starts with (used to tell code from prose in unfenced / untagged text).
+_PY_LINE = re.compile(
+    r"^\s*(def\s+\w+\s*\(|class\s+\w+|import\s+\w|from\s+[\w.]+\s+import\s|@\w|if\s+__name__\s*==|"
+    r"(for\s+.+\s+in|while|if|with)\s+.+:\s*$|try:\s*$|return\b|print\(|[\w.\[\], ]+\s*[-+*/]?=\s*\S)"
+)
+# Calls that are example usage / interaction when they appear at module level in assert-style code.
+_USAGE_CALLS = {"print", "input", "exit", "quit", "breakpoint", "help"}
+_USAGE_ATTRS = {"testmod", "main"}  # doctest.testmod(), unittest.main()
+
+
+def _looks_like_python(code):
+    """At least one line that only code would start with, and the whole of it parses."""
+    return bool(code.strip()) and any(_PY_LINE.match(l) for l in code.split("\n")) and _parses(code)
+
+
+def _parses(code):
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+        return False
+    return True
+
+
+def _fenced_blocks(text):
+    """All fenced blocks as (lang, body, closed). Tolerates indented fences, ``` glued to the last code
+    line, and an unterminated last block (the model hit the token cap)."""
+    lines = text.split("\n")
+    blocks = []
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        # Whatever follows the tag on the fence line (```python title="x.py") is an info string, not code.
+        lang, body, closed = m.group(2).lower(), [], False
+        j = i + 1
+        while j < len(lines):
+            line = lines[j]
+            if _FENCE.match(line):
+                closed = True
+                break
+            if line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
+                body.append(line.rstrip()[:-3])
+                closed = True
+                break
+            body.append(line)
+            j += 1
+        blocks.append((lang, textwrap.dedent("\n".join(body)).strip("\n"), closed))
+        i = j + 1
+    return blocks
+
+
+def _parsing_prefix(code, max_tries=64):
+    """The longest prefix of whole lines that parses (drops a cut-off statement or trailing prose).
+
+    At most `max_tries` parses (then ""), so long prose cannot make extraction quadratic.
+    """
+    lines = code.split("\n")
+    end = len(lines)
+    for _ in range(max_tries):
+        if end <= 0:
+            break
+        try:
+            ast.parse("\n".join(lines[:end]))
+            return "\n".join(lines[:end]).rstrip()
+        except SyntaxError as e:
+            # Jump below the reported line when that shrinks the prefix, else drop one line (the
+            # prefix strictly shrinks); usually one jump lands on the last good line.
+            bad = (e.lineno or end) - 1
+            end = bad if 0 < bad < end else end - 1
+        except ValueError:
+            end -= 1
+    return ""
+
+
+def _unfenced_code(text):
+    """Code written without fences: the whole text if it is Python, else from the first line that only
+    code starts with (at its indentation, so code indented inside prose works), up to the longest part
+    that parses."""
+    stripped = textwrap.dedent(text).strip()
+    if _looks_like_python(stripped):
+        return stripped
+    lines = text.split("\n")
+    # A lone `return` / `print(` line in prose is not where code starts. our choice: try at most 10
+    # start lines, because prose full of "x = y" phrases would otherwise cost a parse search per line.
+    starts = [k for k, l in enumerate(lines) if _PY_LINE.match(l) and not l.strip().startswith(("return", "print("))]
+    for k in starts[:10]:
+        line = lines[k]
+        indent = len(line) - len(line.lstrip())
+        body = [line]
+        for nxt in lines[k + 1:]:
+            if nxt.strip() and len(nxt) - len(nxt.lstrip()) < indent:
+                break  # dedent below the code's own level: back to prose
+            body.append(nxt)
+        code = _parsing_prefix(textwrap.dedent("\n".join(body)))
+        if code and any(_PY_LINE.match(l) for l in code.split("\n")):
+            return code
+    return ""
+
+
+def _defines(code, name):
+    return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
+
+
+def _is_main_guard(node):
+    """`if __name__ == "__main__":` (either operand order)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+        return False
+    names = [n for n in [node.test.left, *node.test.comparators] if isinstance(n, ast.Name)]
+    return any(n.id == "__name__" for n in names)
+
+
+def _is_usage(node, targets):
+    """A module-level statement that exercises the code instead of defining it."""
+    if isinstance(node, ast.Assert) or _is_main_guard(node):
+        return True
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and sub.attr == "stdin":
+            return True  # sys.stdin.read() / readline()
+        if not isinstance(sub, ast.Call):
+            continue
+        f = sub.func
+        if isinstance(f, ast.Name) and (f.id in _USAGE_CALLS or f.id in targets):
+            return True
+        if isinstance(f, ast.Attribute) and (f.attr in _USAGE_ATTRS or f.attr in targets):
+            return True
+    return False
+
+
+def strip_example_usage(code, entry_point=""):
+    """Drop module-level example usage from assert / functional code; keep imports, defs, classes, and
+    other statements (constants, precomputed tables, sys.setrecursionlimit).
+
+    Dropped: assert statements, `if __name__ == "__main__":` blocks, and any other top-level statement
+    that calls print / input / exit, reads stdin, or calls the function under test (`entry_point`; when
+    unknown, any function or class defined in the code). A bare call statement of any defined function
+    is also dropped (its result is thrown away, so it can only be a demo). Code that does not parse is
+    returned unchanged (the sandbox reports the syntax error, which Reflexion feeds back).
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    # our choice: with a known entry point only its calls count as usage, because an assignment that
+    # calls a helper (`PRIMES = sieve(10**6)`) is usually precomputation the solution needs.
+    targets = {entry_point} if entry_point else defined
+    drop = []
+    for node in tree.body:
+        if isinstance(node, defs):
+            continue
+        bare_call = isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+        if _is_usage(node, targets) or (bare_call and _is_usage(node, defined)):
+            drop.append(node)
+    if not drop:
+        return code
+    lines = code.split("\n")
+    dead = set()
+    for node in drop:
+        dead.update(range(node.lineno - 1, node.end_lineno))
+        # Also drop the comment lines right above it ("# Example usage:").
+        k = node.lineno - 2
+        while k >= 0 and lines[k].strip().startswith("#"):
+            dead.add(k)
+            k -= 1
+    kept_lines = set()
+    for node in tree.body:
+        if node not in drop:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            kept_lines.update(range(first - 1, node.end_lineno))
+    if dead & kept_lines:
+        # Two statements on one line (`x = 1; print(x)`): rebuild from the AST (comments are lost).
+        return ast.unparse(ast.Module(body=[n for n in tree.body if n not in drop], type_ignores=[]))
+    out = "\n".join(l for k, l in enumerate(lines) if k not in dead)
+    return re.sub(r"\n{3,}", "\n\n", out).strip()
+
+
+def extract_code(text, kind="assert", entry_point=""):
+    """A model completion -> the program to run ("" when it holds no code; never raises).
+
+    Block policy (our choice, from what instruct models write): among the fenced blocks tagged Python
+    (```python, ```py, ```, ...; an untagged block only if it looks like Python), take the LAST block
+    that defines `entry_point` (a later block is usually the corrected / final version, and demo blocks
+    do not define the function); else the longest block with a def/class (assert, functional) or the
+    longest block (stdio), later wins ties. No fence at all: the unfenced fallback (`_unfenced_code`).
+    An unterminated block (token cap) is cut to its longest parsing prefix. For assert / functional
+    problems, module-level example usage is stripped (`strip_example_usage`); stdio programs are kept
+    whole, since their top-level code is the program.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return ""
+    cands = []  # (code, closed)
+    for lang, body, closed in _fenced_blocks(text):
+        if not body.strip() or lang not in _PY_LANGS:
+            continue
+        if lang == "" and not any(_PY_LINE.match(l) for l in body.split("\n")):
+            continue  # an untagged block of sample input / output, not code
+        cands.append((body, closed))
+    code, closed = "", True
+    if cands:
+        defining = [c for c in cands if _defines(c[0], entry_point)]
+        if defining:
+            code, closed = defining[-1]
+        else:
+            with_defs = [c for c in cands if re.search(r"^\s*(def|class)\s", c[0], re.M)]
+            pool = with_defs if (with_defs and kind != "stdio") else cands
+            # max() keeps the first of equal keys: search reversed so the later block wins ties.
+            code, closed = max(reversed(pool), key=lambda c: len(c[0]))
+    else:
+        code = _unfenced_code(text)
+    if not closed and not _parses(code):
+        code = _parsing_prefix(code)
+    if kind != "stdio":
+        code = strip_example_usage(code, entry_point)
+    return code.strip()
+
+
+def reasoning_before_code(text):
+    """The prose before the first fence of a CoT / SCoT answer (kept as the Attempt's plan)."""
+    lines = []
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            break
+        lines.append(line)
+    return "\n".join(lines).strip()
+
+
+# ---- pipelines -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    """One candidate program for one problem."""
+
+    program: str  # extracted code ("" when the completion had none)
+    raw: str  # the coder's raw completion
+    plan: str = ""  # the thought it came from (planner-coder: the Planner's plan; cot/scot: the reasoning)
+    rounds: int = 0  # Reflexion repair rounds used to reach this program
+
+
+def _no_agent(role):
+    return contextlib.nullcontext()
+
+
+def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None):
+    """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts.
+
+    our choice: at temperature 0 identical prompts (and the n samples of one prompt) would decode to
+    identical texts, so each distinct prompt is decoded once and copied, because decoding duplicate
+    rows costs compute for nothing.
+    """
+    if not prompts:
+        return []
+    if temperature == 0:
+        uniq = list(dict.fromkeys(prompts))
+        s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
+                   stop=stop, generator=generator)
+        text_of = dict(zip(uniq, s.texts))
+        return [[text_of[p]] * n for p in prompts]
+    s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
+               stop=stop, generator=generator)
+    return [s.texts[i * n:(i + 1) * n] for i in range(len(prompts))]  # row i*G+g = prompt i, sample g
+
+
+def _one_shot(prompt_fn, keep_reasoning):
+    """A single-answer method (direct, CoT, SCoT): one Coder call, n samples per problem."""
+
+    def method(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
+        # CoT / SCoT write their thought and the code in one answer: give them the same total budget
+        # as Planner (plan_max_new_tokens) + Coder (max_new_tokens) so the comparison is fair.
+        budget = max_new_tokens + (plan_max_new_tokens if keep_reasoning else 0)
+        with agent("coder"):
+            texts = _generate(model, tokenizer, [prompt_fn(tokenizer, p) for p in problems], n, temperature, budget, generator)
+        return [
+            [Attempt(extract_code(t, p.kind, p.entry_point), t, reasoning_before_code(t) if keep_reasoning else "") for t in ts]
+            for p, ts in zip(problems, texts)
+        ]
+
+    method.__name__ = prompt_fn.__name__.replace("_prompt", "")  # readable in tracebacks / METHODS
+    return method
+
+
+def generate_plans(model, tokenizer, problems, n=1, temperature=0.0, plan_max_new_tokens=256, generator=None,
+                   agent=_no_agent):
+    """Planner stage: n cleaned Algorithmic Thoughts per problem (one `sample` call)."""
+    with agent("planner"):
+        raw = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
+                        plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
+    return [[clean_plan(t) for t in ts] for ts in raw]
+
+
+def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
+    """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
+    plans = generate_plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent)
+    flat = [(p, plan) for p, ps in zip(problems, plans) for plan in ps]  # problem-major, n per problem
+    with agent("coder"):
+        texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan in flat], 1, temperature,
+                          max_new_tokens, generator)
+    attempts = [Attempt(extract_code(ts[0], p.kind, p.entry_point), ts[0], plan) for (p, plan), ts in zip(flat, texts)]
+    return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
+
+
+def public_job(problem, program):
+    """A sandbox Job that runs `program` on the problem's PUBLIC tests only."""
+    import sandbox  # lazy: only Reflexion executes code; sandbox.py does not import torch
+
+    return sandbox.Job(
+        program=program, kind=problem.kind, cases=list(problem.public_tests), setup=problem.setup,
+        fn_name=problem.entry_point, time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb,
+    )
+
+
+def check_public(problems, programs, pool):
+    """Run each program on its problem's public tests: a list of (passed, feedback text).
+
+    A program with no code is not run (feedback says so). A problem with no public tests counts as
+    passed: there is nothing to repair from, and hidden tests must never leak into a prompt.
+    """
+    import sandbox
+
+    out = [None] * len(programs)
+    jobs, where = [], []
+    for k, (p, prog) in enumerate(zip(problems, programs)):
+        if not p.public_tests:
+            out[k] = (True, "")
+        elif not prog.strip():
+            out[k] = (False, NO_CODE_FEEDBACK)
+        else:
+            jobs.append(public_job(p, prog))
+            where.append(k)
+    results = pool.run(jobs) if jobs else []
+    for k, job, res in zip(where, jobs, results):
+        ok = res.verdict == "passed"
+        out[k] = (ok, "" if ok else sandbox.feedback(job, res))
+    return out
+
+
+def reflexion(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, pool, repair_rounds, **_):
+    """Direct coding, then up to `repair_rounds` rounds of repair from PUBLIC-test feedback.
+
+    Each of the n attempts of a problem is repaired on its own; only attempts still failing their public
+    tests go to the next round (one `sample` call per round for all of them). The program of the last
+    round is kept whether or not it passes (it is not re-run: scoring is evaluate.py's job).
+    """
+    attempts = _one_shot(direct_prompt, keep_reasoning=False)(
+        model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
+        plan_max_new_tokens=0, generator=generator, agent=agent)
+    pending = [(i, j) for i in range(len(problems)) for j in range(n)]
+    for r in range(1, repair_rounds + 1):
+        verdicts = check_public([problems[i] for i, _ in pending], [attempts[i][j].program for i, j in pending], pool)
+        failing = [(i, j, fb) for (i, j), (ok, fb) in zip(pending, verdicts) if not ok]
+        if not failing:
+            break
+        prompts = [repair_prompt(tokenizer, problems[i], attempts[i][j].program, fb) for i, j, fb in failing]
+        with agent("coder"):
+            texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
+        for (i, j, _), ts in zip(failing, texts):
+            p = problems[i]
+            attempts[i][j] = Attempt(extract_code(ts[0], p.kind, p.entry_point), ts[0], "", rounds=r)
+        pending = [(i, j) for i, j, _ in failing]
+    return attempts
+
+
+METHODS = {
+    "direct": _one_shot(direct_prompt, keep_reasoning=False),
+    "cot": _one_shot(cot_prompt, keep_reasoning=True),
+    "scot": _one_shot(scot_prompt, keep_reasoning=True),
+    "planner-coder": planner_coder,
+    "reflexion": reflexion,
+}
+
+
+def _rng(model, seed):
+    """The run's torch.Generator, on the model's device (the sampler draws there)."""
+    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+
+def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
+               seed=0, agent=None, pool=None, repair_rounds=2, batch_size=None):
+    """Run one inference method on problems: n Attempts per problem, in problem order.
+
+    method: a key of METHODS. temperature 0 = greedy (then n > 1 gives n copies). seed: seeds one
+    torch.Generator shared by all stages, so a run is reproducible. agent(role) -> context manager that
+    switches the model to that role's LoRA adapter (roles "planner", "coder"), e.g.
+    `lambda role: grpo.use_adapter(model, names[role])`; default: no switching (the base model plays
+    every role). pool: a sandbox.SandboxPool, needed only by "reflexion" (one is opened and closed here
+    when None). batch_size: problems per chunk (None = all at once; each stage is one `sample` call per
+    chunk, so this bounds memory on big benchmarks).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
+    agent = agent or _no_agent
+    generator = _rng(model, seed)
+    with contextlib.ExitStack() as stack:
+        if method == "reflexion" and pool is None:
+            import sandbox
+
+            pool = stack.enter_context(sandbox.SandboxPool())
+        step = batch_size or max(1, len(problems))
+        out = []
+        for start in range(0, len(problems), step):
+            out += METHODS[method](
+                model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
+                max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
+                agent=agent, pool=pool, repair_rounds=repair_rounds,
+            )
+    return out
+
+
+# ---- roles as train.py's rollout sees them ----------------------------------------------------------
+# One row per role: how to prompt it given the problem and what the roles before it produced (`ctx`, a
+# dict with e.g. "plan"), how to parse its raw completion into ctx entries, its stop strings and which
+# token budget it uses ("plan" = --plan-max-new-tokens, "code" = --max-new-tokens). A plain dict, so a
+# new agent (MapCoder's retriever, debugger) is a new row.
+ROLES = {
+    "planner": dict(
+        prompt=lambda tok, p, ctx: planner_prompt(tok, p),
+        parse=lambda text, p: {"plan": clean_plan(text)},
+        stop=list(PLANNER_STOP), budget="plan"),
+    "coder": dict(
+        # With a plan from an upstream Planner the Coder codes from it, else it codes directly.
+        prompt=lambda tok, p, ctx: coder_prompt(tok, p, ctx["plan"]) if "plan" in ctx else direct_prompt(tok, p),
+        parse=lambda text, p: {"program": extract_code(text, p.kind, p.entry_point)},
+        stop=None, budget="code"),
+}

@@ -1,0 +1,440 @@
+"""Evaluate code-generation methods on a benchmark: problems -> samples -> sandbox verdicts -> metrics.
+
+What it is: a script. It loads one base model (plus optional per-role LoRA adapters), runs one or more
+methods (direct, CoT, SCoT, Planner->Coder, Reflexion, ... as listed in `agents.METHODS`) on the same
+problems, executes every sampled program on the problem's hidden tests in the sandbox, and writes
+  <out>/args.json        vars(args) of the latest run,
+  <out>/settings.json    the settings that decide what is measured (a resumed run must match them),
+  <out>/<method>.jsonl   one line per problem: its n samples with program, verdict, pass rate, CPU ms,
+                         peak MB, and timings; appended chunk by chunk so a killed run loses one chunk,
+  <out>/summary.json     per method: pass@1, pass@5 (n >= 5), apr, cpu_ms, peak_mb, cg (where it
+                         applies), problems, samples, wall_s,
+then prints one aligned comparison table.
+
+What it is not: a sampler, a sandbox or a metric library. Generation and the multi-agent pipelines live
+in agents.py, execution in sandbox.py, the formulas (unbiased pass@k, APR, Collaboration Gain) in
+rewards.py; this file only wires them together and keeps the books.
+
+References: pass@k estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on Code");
+APR and Collaboration Gain as described in the design notes (../shared/DESIGN.md, CoRe-Code).
+
+Usage:
+  python evaluate.py --bench mbpp --method planner-coder --model DIR \
+      [--planner-adapter P --coder-adapter C] -n 5 --temperature 0.8 --limit 100 --split test
+  python evaluate.py --bench mbpp --method all --model DIR -n 1 --temperature 0   # greedy, every method
+"""
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+
+from tqdm import tqdm
+
+import agents
+import data
+import grpo
+import rewards
+from sandbox import Job, SandboxPool
+
+# Roles that can carry a LoRA adapter, each with its `--<role>-adapter DIR` flag.
+# Later agents (retriever, debugger for MapCoder) are added here and get their flag automatically.
+ADAPTER_ROLES = ("planner", "coder")
+
+# Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
+# A plain dict so later methods (e.g. mapcoder) add one line.
+CG_BASELINE = {"planner-coder": "direct"}
+
+# Settings that change what a results file measures. A resumed run must match them exactly; the rest
+# (--limit, --method, --batch-size, --workers, --device, --out) may change between runs.
+# our choice: --batch-size is not in the list although, when sampling, the batch layout shifts the
+# random stream; results stay valid samples of the same distribution, which is what pass@k needs.
+RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature", "max_new_tokens",
+                   "plan_max_new_tokens", "seed", "repair_rounds", "timing_repeats",
+                   *(f"{r}_adapter" for r in ADAPTER_ROLES))
+
+
+class UsageError(Exception):
+    """A problem with the user's inputs; main() prints it as one `error: ...` line and exits 2."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pure helpers (no model, no sandbox): unit-tested on hand-made records.
+
+
+def first_failure(result) -> str:
+    """The error message of the first non-passing test ("" when all passed or none says anything)."""
+    return next((t.error for t in result.tests if t.verdict != "passed" and t.error), "")
+
+
+def sample_record(attempt, result) -> dict:
+    """One attempt + its sandbox result -> the JSON-ready dict stored per sample."""
+    return {
+        "program": attempt.program,
+        "raw": attempt.raw,
+        "plan": attempt.plan,
+        "rounds": attempt.rounds,
+        "verdict": result.verdict,
+        "passed": result.passed,
+        "total": result.total,
+        "pass_rate": result.pass_rate,
+        "cpu_ms": 1000.0 * result.cpu_s,
+        # MB here means MiB (2**20 bytes), the unit ru_maxrss-based tools usually print.
+        "peak_mb": result.peak_bytes / 2**20,
+        "wall_ms": 1000.0 * result.wall_s,
+        # Short excerpt only: enough to see why a sample failed without bloating the file. The program-level
+        # error (crash at import, timeout) first, else the first failing test's message.
+        "error": (result.error or first_failure(result))[-500:],
+    }
+
+
+def method_metrics(records: list, n: int) -> dict:
+    """Metrics of one method over its (non-empty list of) per-problem records (each with `samples`).
+
+    pass@k is the unbiased estimator per problem (c passing out of its samples), averaged over problems;
+    pass@5 only when n >= 5 (with fewer samples the estimator is undefined). APR is the mean fraction of
+    hidden tests passed, per problem over its samples, then over problems. cpu_ms / peak_mb average
+    over passing samples only, since a crashing program is trivially fast and small; None when nothing
+    passes. wall_s sums the per-problem share of generation + execution time, so it stays meaningful
+    across resumed runs.
+    """
+    out = {"problems": len(records), "samples": sum(len(r["samples"]) for r in records)}
+    # A sample is correct when the sandbox says "passed" (all hidden tests), not when some rate rounds up.
+    correct = [[s["verdict"] == "passed" for s in r["samples"]] for r in records]
+    out["pass@1"] = rewards.mean_pass_at_k(correct, 1)
+    if n >= 5:
+        out["pass@5"] = rewards.mean_pass_at_k(correct, 5)
+    # Nested per problem: rewards.apr averages each problem's samples first, so problems weigh the same.
+    out["apr"] = rewards.apr([[s["pass_rate"] for s in r["samples"]] for r in records])
+    passing = [s for r in records for s in r["samples"] if s["verdict"] == "passed"]
+    out["cpu_ms"] = sum(s["cpu_ms"] for s in passing) / len(passing) if passing else None
+    out["peak_mb"] = sum(s["peak_mb"] for s in passing) / len(passing) if passing else None
+    out["wall_s"] = sum(r.get("wall_s", 0.0) for r in records)
+    return out
+
+
+def summarize(records: dict, n: int) -> dict:
+    """{method: [per-problem records]} -> {method: metrics}, plus `cg` where a baseline is present.
+
+    CG = pass@1(method) - pass@1(baseline) computed on the problems both methods have, so a partial
+    run of one of them never compares different problem sets.
+    """
+    summary = {m: method_metrics(recs, n) for m, recs in records.items()}
+    for method, baseline in CG_BASELINE.items():
+        if method not in records or baseline not in records:
+            continue
+        common = {r["id"] for r in records[method]} & {r["id"] for r in records[baseline]}
+        if not common:
+            continue
+        with_helper = method_metrics([r for r in records[method] if r["id"] in common], n)["pass@1"]
+        without = method_metrics([r for r in records[baseline] if r["id"] in common], n)["pass@1"]
+        summary[method]["cg"] = rewards.collaboration_gain(with_helper, without)
+        summary[method]["cg_vs"] = baseline
+    return summary
+
+
+def format_table(summary: dict, n: int) -> str:
+    """Plain-text, aligned comparison table; rates in percent, '-' where a value does not apply."""
+    cols = ["method", "problems", "pass@1%"] + (["pass@5%"] if n >= 5 else []) + \
+        ["apr%", "cpu_ms", "peak_mb", "cg%", "wall_s"]
+
+    def cell(v, scale=1.0, fmt="{:.1f}"):
+        return "-" if v is None else fmt.format(scale * v)
+
+    rows = [cols]
+    for method, m in summary.items():
+        row = [method, str(m["problems"]), cell(m["pass@1"], 100)]
+        if n >= 5:
+            row.append(cell(m.get("pass@5"), 100))
+        row += [cell(m["apr"], 100), cell(m["cpu_ms"], fmt="{:.2f}"), cell(m["peak_mb"], fmt="{:.2f}"),
+                cell(m.get("cg"), 100, "{:+.1f}"), cell(m["wall_s"])]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    # Method names left-aligned, numbers right-aligned: columns of figures line up on the decimal point.
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def default_out_dir(args) -> str:
+    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>[-a<hash of adapter paths>]."""
+    model = os.path.basename(os.path.normpath(args.model))
+    name = f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
+    adapters = [os.path.abspath(getattr(args, f"{r}_adapter")) for r in ADAPTER_ROLES
+                if getattr(args, f"{r}_adapter")]
+    if adapters:
+        # Adapter dirs are often named just "planner" / "coder": a short hash keeps trained runs apart
+        # from the base model's and from each other; the full paths are in settings.json.
+        name += "-a" + hashlib.sha1("\n".join(adapters).encode()).hexdigest()[:8]
+    return os.path.join("runs", "eval", name)
+
+
+def result_settings(args) -> dict:
+    """The settings that decide what is measured, with paths made absolute so cwd does not matter."""
+    s = {k: getattr(args, k) for k in RESULT_SETTINGS}
+    for k in ("data", "model") + tuple(f"{r}_adapter" for r in ADAPTER_ROLES):
+        if s[k] and os.path.exists(s[k]):
+            s[k] = os.path.abspath(s[k])
+    return s
+
+
+def check_settings(path: str, settings: dict) -> None:
+    """On a resume, refuse if any result-deciding setting differs from the one the results were made with."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        old = json.load(f)
+    diff = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in settings.items() if old.get(k) != v]
+    if diff:
+        raise UsageError(f"{os.path.dirname(path)} holds results for other settings ({'; '.join(diff)}); "
+                         "pass a different --out or delete that directory")
+
+
+def write_settings(path: str, settings: dict) -> None:
+    """Record the result-deciding settings on first use (check_settings has already vetted a resume)."""
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump(settings, f, indent=2)
+
+
+def read_records(path: str) -> list:
+    """Per-problem records of one method file. A line cut short by a kill is dropped (and the file
+    rewritten without it) so that appending continues on a clean line boundary."""
+    if not os.path.exists(path):
+        return []
+    records, good = [], []
+    # Bytes, not text: the size check below must compare like with like.
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                # Only the last line can be partial (whole lines are appended); an unparseable one is redone.
+                continue
+            good.append(line if line.endswith(b"\n") else line + b"\n")
+    if sum(map(len, good)) != os.path.getsize(path):
+        with open(path, "wb") as f:
+            f.writelines(good)
+    return records
+
+
+def check_adapter_dir(role: str, directory: str) -> None:
+    """Fail before loading the model when an adapter dir is not what grpo.save_adapter writes."""
+    if not os.path.isfile(os.path.join(directory, "adapter_config.json")):
+        raise UsageError(f"--{role}-adapter {directory}: no adapter_config.json there; pass a directory "
+                         "written by grpo.save_adapter (adapter_config.json + adapter_model.safetensors)")
+
+
+def make_agent(model, roles_with_adapter):
+    """agent(role) -> context manager: that role's LoRA adapter when one is loaded, else the bare base."""
+
+    def agent(role):
+        if role in roles_with_adapter:
+            return grpo.use_adapter(model, role)
+        return grpo.adapters_off(model)
+
+    return agent
+
+
+def load_model_or_fail(args):
+    """agents.load_model with a missing / unreadable model turned into one UsageError line.
+
+    load_model's own messages are already one line that says what to pass; we only prefix the flag.
+    """
+    try:
+        return agents.load_model(args.model, device=args.device, dtype=args.dtype)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(f"--model: {e}") from None
+
+
+def build_jobs(problem, attempts, repeat=1) -> list:
+    """One sandbox Job per attempt: the program against the problem's hidden tests.
+
+    repeat: reruns of a passing program (the sandbox keeps the min CPU time and the median peak memory).
+    our choice: 1 by default because pass@k and APR do not need it; raise it when comparing cpu_ms.
+    """
+    return [Job(program=a.program, kind=problem.kind, cases=problem.hidden_tests, setup=problem.setup,
+                fn_name=problem.entry_point, time_limit_s=problem.time_limit_s,
+                memory_limit_mb=problem.memory_limit_mb, repeat=repeat) for a in attempts]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The script.
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # --- what to evaluate ---
+    p.add_argument("--bench", default="mbpp", choices=sorted(data.LOADERS),
+                   help="benchmark (default: %(default)s)")
+    p.add_argument("--split", default="test",
+                   help="benchmark split; MBPP: test, validation, train, prompt (default: %(default)s)")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="dataset file, overriding the default location (env CORECODE_<BENCH>, then ../shared/data)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="evaluate only the first N problems of the split")
+    p.add_argument("--method", default="planner-coder", choices=list(agents.METHODS) + ["all"],
+                   help="method to run; 'all' runs every method on the same problems (default: %(default)s)")
+    # --- model and adapters ---
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="HF model directory (or hub id) of the shared base model")
+    for role in ADAPTER_ROLES:
+        p.add_argument(f"--{role}-adapter", default=None, metavar="DIR",
+                       help=f"LoRA adapter dir (grpo.save_adapter format) for the {role}; without it the "
+                            f"{role} is the bare base model")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
+                   help="weights dtype; auto = bf16 on CUDA, fp32 on CPU (default: %(default)s)")
+    # --- sampling ---
+    p.add_argument("-n", "--n", type=int, default=1,
+                   help="samples per problem; pass@5 needs n >= 5 (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="sampling temperature; 0 = greedy (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=512,
+                   help="token cap of each code completion (default: %(default)s)")
+    p.add_argument("--plan-max-new-tokens", type=int, default=256,
+                   help="token cap of each plan; CoT / SCoT get both caps together (default: %(default)s)")
+    p.add_argument("--repair-rounds", type=int, default=2,
+                   help="feedback rounds of iterative methods, e.g. Reflexion (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="base seed; each chunk uses seed + index of its first problem (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="problems generated together, each with n samples (default: %(default)s)")
+    # --- execution and output ---
+    p.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: CPU count)")
+    p.add_argument("--timing-repeats", type=int, default=1, metavar="R",
+                   help="run each passing program R times; cpu_ms = min, peak_mb = median (default: %(default)s)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir); "
+                        "re-running with the same settings resumes it")
+    args = p.parse_args(argv)
+    if min(args.n, args.batch_size, args.timing_repeats) < 1:
+        p.error("-n, --batch-size and --timing-repeats must be >= 1")
+    return args
+
+
+def run(args) -> str:
+    """Steps 1-6 of the evaluation; returns the path of summary.json. Raises UsageError on bad inputs."""
+    methods = list(agents.METHODS) if args.method == "all" else [args.method]
+    out_dir = args.out or default_out_dir(args)
+
+    # 1. Problems. Loaded before the model so a missing data file fails in a second, not a minute.
+    try:
+        problems = data.load(args.bench, path=args.data, split=args.split, limit=args.limit)
+    except FileNotFoundError as e:
+        raise UsageError(f"{e} (pass --data PATH)") from None
+    except ValueError as e:  # unknown split, malformed record: data.py's message is already one line
+        raise UsageError(str(e)) from None
+    if not problems:
+        raise UsageError(f"no problems in {args.bench}/{args.split} (check --split / --data)")
+    print(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
+
+    # 2. Adapters exist; results already in the out dir were made with the same settings (resume).
+    for role in ADAPTER_ROLES:
+        if getattr(args, f"{role}_adapter"):
+            check_adapter_dir(role, getattr(args, f"{role}_adapter"))
+    settings_path = os.path.join(out_dir, "settings.json")
+    check_settings(settings_path, result_settings(args))
+
+    # 3. What is left to do per method: problems whose line is already in <method>.jsonl are skipped.
+    todo = {}
+    for method in methods:
+        done = {r["id"] for r in read_records(os.path.join(out_dir, f"{method}.jsonl"))}
+        todo[method] = [(i, p) for i, p in enumerate(problems) if p.id not in done]
+        if len(todo[method]) < len(problems):
+            print(f"{method}: skipped {len(problems) - len(todo[method])} done problems, {len(todo[method])} to go")
+
+    # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir
+    # before this succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
+    model = tokenizer = agent = None
+    if any(todo.values()):
+        model, tokenizer = load_model_or_fail(args)
+        loaded = set()
+        for role in ADAPTER_ROLES:
+            directory = getattr(args, f"{role}_adapter")
+            if directory:
+                try:
+                    grpo.load_adapter(model, role, directory)
+                except (FileNotFoundError, ValueError) as e:  # e.g. an adapter trained on another base model
+                    raise UsageError(f"--{role}-adapter: {e}") from None
+                loaded.add(role)
+        agent = make_agent(model, loaded)
+    os.makedirs(out_dir, exist_ok=True)
+    write_settings(settings_path, result_settings(args))
+    with open(os.path.join(out_dir, "args.json"), "w") as f:
+        json.dump(vars(args), f, indent=2)
+    print(json.dumps(vars(args)))
+    if args.temperature == 0 and args.n > 1:
+        print(f"note: temperature 0 is greedy, so the {args.n} samples per problem are identical")
+
+    # 5. Generate + execute, chunk by chunk. Each chunk's lines are appended and flushed at once, so a
+    # killed run loses at most the chunk in flight.
+    with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
+        for method in methods:
+            path = os.path.join(out_dir, f"{method}.jsonl")
+            bar = tqdm(total=len(problems), initial=len(problems) - len(todo[method]), desc=method, unit="problem")
+            for start in range(0, len(todo[method]), args.batch_size):
+                chunk = todo[method][start:start + args.batch_size]
+                chunk_problems = [p for _, p in chunk]
+                t0 = time.perf_counter()
+                # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
+                attempts = agents.run_method(
+                    method, model, tokenizer, chunk_problems, n=args.n, temperature=args.temperature,
+                    max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
+                    seed=args.seed + chunk[0][0], agent=agent, pool=pool, repair_rounds=args.repair_rounds)
+                t1 = time.perf_counter()
+                # All programs of the chunk go to the pool at once: it runs them in parallel over workers.
+                jobs = [job for p, atts in zip(chunk_problems, attempts)
+                        for job in build_jobs(p, atts, args.timing_repeats)]
+                results = pool.run(jobs)
+                t2 = time.perf_counter()
+                lines, k = [], 0
+                for p, atts in zip(chunk_problems, attempts):
+                    samples = [sample_record(a, r) for a, r in zip(atts, results[k:k + len(atts)])]
+                    k += len(atts)
+                    lines.append(json.dumps({
+                        "id": p.id, "method": method, "samples": samples,
+                        "passed": sum(s["verdict"] == "passed" for s in samples),
+                        # Per-problem share of the chunk's time (generation is batched across problems).
+                        "gen_s": (t1 - t0) / len(chunk), "exec_s": (t2 - t1) / len(chunk),
+                        "wall_s": (t2 - t0) / len(chunk)}) + "\n")
+                with open(path, "a") as f:
+                    f.writelines(lines)
+                    f.flush()
+                    os.fsync(f.fileno())
+                bar.update(len(chunk))
+            bar.close()
+
+    # 6. Summary over this run's problems (other methods already in the out dir join the table, so a
+    # planner-coder run next to an earlier direct run still reports CG).
+    ids = {p.id for p in problems}
+    records = {}
+    for method in agents.METHODS:
+        path = os.path.join(out_dir, f"{method}.jsonl")
+        recs = [r for r in read_records(path) if r["id"] in ids]
+        if recs:
+            records[method] = recs
+    summary = summarize(records, args.n)
+    summary_path = os.path.join(out_dir, "summary.json")
+    with open(summary_path, "w") as f:
+        json.dump(summary, f, indent=2)
+    print(format_table(summary, args.n))
+    return summary_path
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        summary_path = run(args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"summary: {summary_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

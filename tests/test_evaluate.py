@@ -1,0 +1,210 @@
+"""Tests of evaluate.py: the metric bookkeeping on hand-made records, and the script end to end on the
+tiny random model (2 MBPP validation problems, greedy, 16 tokens) — exit codes, files, resume, errors.
+
+The tiny model writes nonsense, so the end-to-end tests check the plumbing (keys, files, resume), never
+the scores; the scores are checked by summarize() on records whose answer is known.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import evaluate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One small, fast setting shared by the end-to-end runs.
+FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "--temperature", "0",
+        "--max-new-tokens", "16", "--plan-max-new-tokens", "16", "--repair-rounds", "1", "--workers", "2"]
+
+
+def rec(pid, verdicts, pass_rates=None, cpu_ms=1.0, peak_mb=2.0):
+    """A per-problem record as evaluate writes it, with only the fields summarize() reads."""
+    pass_rates = pass_rates or [1.0 if v == "passed" else 0.0 for v in verdicts]
+    return {"id": pid, "wall_s": 0.5, "samples": [
+        {"verdict": v, "pass_rate": r, "cpu_ms": cpu_ms, "peak_mb": peak_mb} for v, r in zip(verdicts, pass_rates)]}
+
+
+# ----------------------------------------------------------------------------------------------------
+# summarize() and friends: pure, no model.
+
+
+def test_summarize_pass1_is_mean_fraction_of_passing_samples():
+    recs = [rec("a", ["passed", "failed"]), rec("b", ["failed", "failed"])]
+    s = evaluate.summarize({"direct": recs}, n=2)["direct"]
+    # Problem a: 1 of 2 -> 0.5; problem b: 0 -> mean 0.25.
+    assert s["pass@1"] == pytest.approx(0.25)
+
+
+def test_summarize_pass5_only_when_n_at_least_5():
+    assert "pass@5" not in evaluate.summarize({"direct": [rec("a", ["passed"] + ["failed"] * 3)]}, n=4)["direct"]
+    s = evaluate.summarize({"direct": [rec("a", ["passed"] + ["failed"] * 5)]}, n=6)["direct"]
+    # Unbiased estimator, 1 correct of 6: 1 - C(5,5)/C(6,5) = 1 - 1/6.
+    assert s["pass@5"] == pytest.approx(5 / 6)
+
+
+def test_summarize_apr_is_mean_test_pass_rate():
+    recs = [rec("a", ["failed", "passed"], pass_rates=[0.5, 1.0]), rec("b", ["failed", "error"], [0.25, 0.0])]
+    assert evaluate.summarize({"cot": recs}, n=2)["cot"]["apr"] == pytest.approx((0.5 + 1.0 + 0.25 + 0.0) / 4)
+
+
+def test_summarize_cpu_and_memory_average_passing_samples_only():
+    recs = [rec("a", ["passed"], cpu_ms=4.0, peak_mb=8.0), rec("b", ["timeout"], cpu_ms=4000.0, peak_mb=900.0),
+            rec("c", ["passed"], cpu_ms=2.0, peak_mb=2.0)]
+    s = evaluate.summarize({"direct": recs}, n=1)["direct"]
+    assert (s["cpu_ms"], s["peak_mb"]) == (pytest.approx(3.0), pytest.approx(5.0))
+    # Nothing passes -> no efficiency figure at all (not 0, which would read as "infinitely fast").
+    none = evaluate.summarize({"direct": [rec("b", ["failed"])]}, n=1)["direct"]
+    assert none["cpu_ms"] is None and none["peak_mb"] is None
+
+
+def test_summarize_cg_is_planner_coder_minus_direct_on_common_problems():
+    direct = [rec("a", ["failed"]), rec("b", ["passed"]), rec("extra", ["passed"])]
+    planner_coder = [rec("a", ["passed"]), rec("b", ["passed"])]
+    s = evaluate.summarize({"direct": direct, "planner-coder": planner_coder}, n=1)
+    # On {a, b}: 1.0 - 0.5. The direct-only problem "extra" must not enter the comparison.
+    assert s["planner-coder"]["cg"] == pytest.approx(0.5)
+    assert "cg" not in s["direct"]
+    # Without the baseline there is no CG to report.
+    assert "cg" not in evaluate.summarize({"planner-coder": planner_coder}, n=1)["planner-coder"]
+
+
+def test_format_table_is_aligned_and_marks_missing_values():
+    s = evaluate.summarize({"direct": [rec("a", ["failed"])], "planner-coder": [rec("a", ["passed"])]}, n=1)
+    lines = evaluate.format_table(s, n=1).splitlines()
+    assert len({len(line) for line in lines}) == 1  # every row as wide as the header
+    assert lines[2].split()[0] == "direct" and "-" in lines[2].split()  # no cpu_ms when nothing passed
+    assert "+100.0" in lines[3]
+
+
+def test_read_records_drops_a_line_cut_short_by_a_kill(tmp_path):
+    path = tmp_path / "direct.jsonl"
+    path.write_text(json.dumps({"id": "a", "samples": []}) + "\n" + '{"id": "b", "sam')
+    assert [r["id"] for r in evaluate.read_records(str(path))] == ["a"]
+    # The file is rewritten so that the next append starts on a fresh line.
+    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# The script end to end on the tiny model.
+
+
+@pytest.fixture(scope="module")
+def all_run(tiny_model_dir, mbpp_path, tmp_path_factory):
+    """One `--method all` run (every method, 2 problems); returns (argv, out dir, exit code)."""
+    out = str(tmp_path_factory.mktemp("eval-all"))
+    argv = FAST + ["--method", "all", "--model", tiny_model_dir, "--data", mbpp_path, "--out", out]
+    return argv, out, evaluate.main(argv)
+
+
+def test_method_all_exits_0_and_writes_every_method(all_run):
+    argv, out, rc = all_run
+    assert rc == 0
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    assert set(summary) == set(evaluate.agents.METHODS)
+    for method in evaluate.agents.METHODS:
+        with open(os.path.join(out, f"{method}.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        assert [len(r["samples"]) for r in lines] == [1, 1]
+        assert {"program", "verdict", "pass_rate", "cpu_ms", "peak_mb"} <= set(lines[0]["samples"][0])
+
+
+def test_summary_has_the_promised_keys(all_run):
+    _, out, _ = all_run
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    for method, metrics in summary.items():
+        assert {"pass@1", "apr", "cpu_ms", "peak_mb", "wall_s"} <= set(metrics), method
+        assert "pass@5" not in metrics  # n = 1
+    assert "cg" in summary["planner-coder"]
+    with open(os.path.join(out, "args.json")) as f:
+        assert json.load(f)["method"] == "all"
+
+
+def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypatch):
+    argv, out, _ = all_run
+    before = {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in evaluate.agents.METHODS}
+    capsys.readouterr()
+
+    def no_loading(*a, **k):
+        raise AssertionError("the model was loaded although every problem was done")
+
+    # Nothing left to do -> the model is never even loaded, let alone sampled.
+    monkeypatch.setattr(evaluate.agents, "load_model", no_loading)
+    assert evaluate.main(argv) == 0
+    assert "direct: skipped 2 done" in capsys.readouterr().out
+    assert {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in evaluate.agents.METHODS} == before
+
+
+def test_resume_with_other_settings_is_refused(all_run, capsys):
+    argv, out, _ = all_run
+    capsys.readouterr()
+    assert evaluate.main(argv + ["--max-new-tokens", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "--out" in err and "max_new_tokens" in err and "\n" not in err
+
+
+def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
+    import agents
+    import grpo
+
+    model, _ = agents.load_model(tiny_model_dir)
+    grpo.add_lora(model, "planner", r=2)
+    grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
+    argv = FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
+                   "--planner-adapter", str(tmp_path / "planner"), "--out", str(tmp_path / "out")]
+    assert evaluate.main(argv) == 0
+    with open(tmp_path / "out" / "settings.json") as f:
+        assert json.load(f)["planner_adapter"] == str(tmp_path / "planner")
+
+
+def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
+    """Scoring wiring (Job fields, verdicts, metrics): MBPP's own solutions pass, a wrong one does not."""
+    import types
+
+    with open(mbpp_path) as f:
+        code = {f"mbpp/{r['task_id']}": r["code"] for r in map(json.loads, f)}
+
+    def fake_run_method(method, model, tokenizer, problems, n, **_):
+        # Sample 0: the reference solution; sample 1: a program that defines nothing.
+        return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0),
+                 types.SimpleNamespace(program="pass", raw="", plan="", rounds=0)] for p in problems]
+
+    monkeypatch.setattr(evaluate.agents, "run_method", fake_run_method)
+    # A later flag wins in argparse: -n 2 overrides FAST's -n 1.
+    assert evaluate.main(FAST + ["-n", "2", "--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path,
+                                 "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "summary.json") as f:
+        s = json.load(f)["direct"]
+    assert s["pass@1"] == pytest.approx(0.5) and s["apr"] == pytest.approx(0.5)
+    assert s["cpu_ms"] > 0 and s["peak_mb"] >= 0
+
+
+def run_cli(args):
+    """evaluate.py as a subprocess: what a user sees (exit code, stderr), tracebacks included."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py")] + args, capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def test_missing_model_is_one_error_line(mbpp_path, tmp_path):
+    p = run_cli(FAST + ["--model", str(tmp_path / "nope"), "--data", mbpp_path, "--out", str(tmp_path / "o")])
+    assert p.returncode == 2
+    assert p.stderr.strip().startswith("error:") and "--model" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    # Nothing written: a fixed --model must not then be refused as "other settings".
+    assert not os.path.exists(tmp_path / "o" / "settings.json")
+
+
+def test_missing_data_is_one_error_line(tiny_model_dir, tmp_path, capsys):
+    rc = evaluate.main(FAST + ["--model", tiny_model_dir, "--data", str(tmp_path / "no.jsonl"), "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error:") and "--data" in err and len(err.splitlines()) == 1
+
+
+def test_missing_adapter_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    rc = evaluate.main(FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path),
+                               "--coder-adapter", str(tmp_path / "no-adapter")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error:") and "--coder-adapter" in err and len(err.splitlines()) == 1
