@@ -407,9 +407,25 @@ def _checkpointed_forward(self, *args, **kwargs):
             kwargs[key] = None
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
+    # The recompute runs during backward, possibly after a `use_adapter` context has exited and another adapter is
+    # active: it must replay the forward with the adapters that were active NOW, or it would compute a different
+    # graph (wrong gradients, or torch's "different number of tensors" error). So pin them for the recompute.
+    loras = [m for m in self.modules() if isinstance(m, LoRALinear)]
+    active = [m.active for m in loras]
+
+    def replay(*a, **k):
+        current = [m.active for m in loras]
+        for m, name in zip(loras, active):
+            m.active = name
+        try:
+            return inner(*a, **k)
+        finally:
+            for m, name in zip(loras, current):
+                m.active = name
+
     # use_reentrant=False: gradients reach the LoRA parameters even though the layer's input may not require grad
     # (frozen embeddings), keyword arguments pass through, and the RNG state is replayed for dropout.
-    return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+    return checkpoint(replay, *args, use_reentrant=False, **kwargs)
 
 
 def enable_checkpointing(model, on=True):

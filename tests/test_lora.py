@@ -329,3 +329,32 @@ def test_adapter_on_some_layers_round_trips_through_peft(model, ids, tiny_model_
     theirs = peft.PeftModel.from_pretrained(base, str(tmp_path)).eval()
     assert torch.allclose(logits(theirs, ids), logits(model, ids), atol=ATOL)
     assert sum("lora_A" in n for n, _ in theirs.named_parameters()) == 1
+
+
+def test_checkpointed_backward_outside_adapter_context_uses_forward_adapter(tiny_model_dir):
+    """Backward may run after `use_adapter` exited (another adapter active): the recompute must replay the
+    adapter that was active in forward, so gradients equal those without checkpointing."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import grpo
+
+    def grads(ckpt):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        grpo.add_lora(model, "planner", r=4)
+        grpo.add_lora(model, "coder", r=4)
+        for name in ("planner", "coder"):  # B != 0 so the adapters differ
+            for p in grpo.lora_parameters(model, name):
+                torch.nn.init.normal_(p, std=0.1)
+        grpo.enable_checkpointing(model, ckpt)
+        model.train()
+        ids = torch.arange(1, 13).view(2, 6)
+        with grpo.use_adapter(model, "coder"):
+            loss = model(input_ids=ids).logits.float().square().mean()
+        grpo.set_active_adapter(model, "planner")
+        loss.backward()  # outside the context, another adapter active
+        return [p.grad.clone() for p in grpo.lora_parameters(model, "coder")]
+
+    for a, b in zip(grads(False), grads(True)):
+        torch.testing.assert_close(a, b)

@@ -40,8 +40,13 @@ def build_tokenizer(vocab_size=400):
     return tok
 
 
-def build_tiny_model(path, seed=0, num_layers=2, hidden=64, tie=True):
-    """Write a tiny random Qwen2 model directory to `path` and return `path`."""
+def build_tiny_model(path, seed=0, num_layers=2, hidden=64, tie=True, init_std=0.02):
+    """Write a tiny random Qwen2 model directory to `path` and return `path`.
+
+    init_std: the weights' init scale. HF's default 0.02 leaves a tiny model's logits nearly flat (a frozen
+    small output layer caps how peaked LoRA can make them); the learning test uses a larger one so that a
+    few GRPO steps can visibly change what the model samples.
+    """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -56,6 +61,7 @@ def build_tiny_model(path, seed=0, num_layers=2, hidden=64, tie=True):
         num_key_value_heads=2,
         max_position_embeddings=1024,
         tie_word_embeddings=tie,
+        initializer_range=init_std,
         bos_token_id=None,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,

@@ -1,0 +1,50 @@
+"""Proof that the GRPO loop learns: train.py's real loop (same sampler, grpo.py functions, optimizer) on a tiny
+random model with a toy verifiable reward (the fraction of characters that are 'e', `--stage toy`).
+
+This guards the sign and the plumbing of the objective: with a flipped sign, a broken mask, advantages not
+reaching the loss, or an optimizer over the wrong parameters, the reward does not go up. It also checks that the
+KL to the reference (the same model with adapters off) starts at exactly zero and then grows.
+"""
+import json
+import os
+
+import pytest
+
+import train
+from tiny_model import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def learnable_model_dir(tmp_path_factory):
+    # init_std 0.3: see build_tiny_model; at HF's 0.02 a tiny model's logits are too flat to move quickly.
+    return build_tiny_model(str(tmp_path_factory.mktemp("tiny-learnable")), init_std=0.3)
+
+
+def run_toy(model_dir, out, steps, extra=()):
+    train.main(["--stage", "toy", "--model", model_dir, "--out", str(out), "--num-steps", str(steps),
+                "--problems-per-step", "4", "--group-size", "8", "--max-new-tokens", "8", "--lr", "1e-2",
+                "--warmup-steps", "1", "--eval-every", "0", "--save-every", "100", "--limit", "16",
+                "--lora-r", "8", "--beta", "0.01", "--toy-target", "e", "--seed", "0", *extra])
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def toy_metrics(learnable_model_dir, tmp_path_factory):
+    return run_toy(learnable_model_dir, tmp_path_factory.mktemp("toy-run"), steps=24)
+
+
+def test_reward_goes_up(toy_metrics):
+    first = sum(m["reward_mean"] for m in toy_metrics[:4]) / 4
+    last = sum(m["reward_mean"] for m in toy_metrics[-4:]) / 4
+    assert last > first + 0.1, (first, last)
+
+
+def test_kl_starts_at_zero_then_grows(toy_metrics):
+    assert toy_metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert toy_metrics[-1]["kl"] > 0.01
+
+
+def test_no_step_skipped_and_grad_norm_logged(toy_metrics):
+    assert not any(m.get("skipped") for m in toy_metrics)
+    assert all(m["grad_norm"] > 0 for m in toy_metrics)

@@ -1,0 +1,554 @@
+"""train.py: CoRe-Code's collaborative GRPO, one stage at a time, as a plain script.
+
+What it is: `python train.py --stage planner` trains the Planner's LoRA adapter with GRPO while the Coder is
+frozen; `python train.py --stage coder` then trains the Coder's adapter while the (trained) Planner is frozen.
+Both agents are named LoRA adapters on ONE base model in memory, and the KL reference is that same base with
+every adapter switched off (grpo.adapters_off), so no second copy of the model ever exists. Rewards come only
+from running the programs in the sandbox (sandbox.py) and scoring the results (rewards.py).
+
+Each step is a numbered sequence of phases, readable top to bottom in `main()`:
+    1 sample     the frozen roles before the trained one write their output once per problem, the trained role
+                 samples a group of G outputs, the frozen roles after it write M outputs for each of those
+    2 execute    every resulting program runs on the problem's hidden tests in the sandbox pool
+    3 reward     the stage's reward function scores each of the trained role's G outputs (rewards.py)
+    4 advantages group-normalised (grpo.group_advantages)
+    5 reference  log-probs of the sampled tokens with all adapters off (skipped when beta == 0)
+    6 learn      GRPO loss, backward in micro-batches, gradient clipping, optimizer + scheduler step
+    7 log        one line per step on the progress bar, one JSON line per step in metrics.jsonl
+    8 eval/ckpt  held-out pass@1 of planner-coder and of direct coding (so Collaboration Gain is tracked),
+                 atomic checkpoints (adapter + optimizer + scheduler + RNG + step), keep the last K
+
+The stage differences live in the STAGES table below, not in subclasses or branches over stages.
+
+What it is not: a trainer framework (no Trainer class, callbacks or config system), multi-GPU, or a vLLM
+rollout engine. Sampling uses our own KV-cache sampler (agents.sample), which is exact but not fast.
+
+References: DeepSeekMath (GRPO, arXiv:2402.03300); the CoRe-Code method as summarised in ../shared/DESIGN.md;
+nanoGPT / nanochat for the script style.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import agents
+import data
+import grpo
+import rewards
+import sandbox
+
+# -----------------------------------------------------------------------------------------------------------------
+# The stages. `chain` is the order in which the roles run on a problem; `train` is the role whose outputs form the
+# GRPO group (its LoRA adapter is the only thing updated); `reward` names the function in REWARDS that scores them.
+# Roles before the trained one run once per problem, roles after it run M (= --downstream-samples) times per output.
+# "toy" is a sanity-check stage: it rewards a target character in the trained role's raw text, with no sandbox, so
+# the tests can prove on a tiny random model that this exact loop learns (see tests/test_learning.py).
+STAGES = {
+    "planner": dict(chain=("planner", "coder"), train="planner", reward="planner"),
+    "coder": dict(chain=("planner", "coder"), train="coder", reward="coder"),
+    "toy": dict(chain=("coder",), train="coder", reward="toy"),
+}
+
+
+def reward_planner(results, texts, G, M, args):
+    """Planner stage: a thought is scored by the pass rate and CPU time of the M programs the frozen Coder wrote."""
+    pr = [[r.pass_rate for r in results[g * M:(g + 1) * M]] for g in range(G)]
+    cpu = [[r.cpu_s for r in results[g * M:(g + 1) * M]] for g in range(G)]
+    return rewards.planner_rewards(pr, cpu)
+
+
+def reward_coder(results, texts, G, M, args):
+    """Coder stage: a program is scored by its pass rate plus, when it passes everything, its space efficiency."""
+    if M != 1:
+        raise ValueError("the coder reward scores the trained role's own programs: use --downstream-samples 1")
+    return rewards.coder_rewards([r.pass_rate for r in results], [r.peak_bytes for r in results])
+
+
+def reward_toy(results, texts, G, M, args):
+    """Toy stage: the fraction of characters of the raw completion that are `--toy-target` (a string test)."""
+    return rewards.toy_rewards(texts, target=args.toy_target)
+
+
+REWARDS = {"planner": reward_planner, "coder": reward_coder, "toy": reward_toy}
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(
+        description="Collaborative GRPO for code generation (CoRe-Code): train the Planner (--stage planner), then "
+                    "the Coder (--stage coder). Each agent is a named LoRA adapter on one shared base model.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # model
+    p.add_argument("--stage", choices=sorted(STAGES), required=True, help="which agent to train (see STAGES)")
+    p.add_argument("--model", default=os.environ.get("CORECODE_MODEL"),
+                   help="local HF model dir or hub id (default: $CORECODE_MODEL); e.g. the output of "
+                        "`../shared/models/get-model qwen2.5-coder-0.5b-instruct`")
+    p.add_argument("--device", default=None, help="cuda / cpu / cuda:1 ... (default: cuda when available)")
+    p.add_argument("--dtype", default="auto", help="auto = bf16 on CUDA, fp32 on CPU; or float32/bfloat16/float16")
+    p.add_argument("--planner-adapter", default=None,
+                   help="PEFT-format adapter dir for the Planner. Stage planner: initialise from it (default: fresh). "
+                        "Stage coder: the frozen Planner (default: runs/planner/final/planner; 'none' = base model)")
+    p.add_argument("--coder-adapter", default=None,
+                   help="PEFT-format adapter dir for the Coder. Stage planner: the frozen Coder (default: the bare "
+                        "base model). Stage coder: initialise from it (default: fresh)")
+    # data
+    p.add_argument("--bench", default="mbpp", help="training benchmark (a loader in data.py)")
+    p.add_argument("--data", default=None, help="dataset path (default: data.py's default / $CORECODE_MBPP)")
+    p.add_argument("--split", default="train", help="training split")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N training problems")
+    p.add_argument("--eval-split", default="validation", help="held-out split for periodic evaluation")
+    p.add_argument("--eval-limit", type=int, default=20, help="held-out problems evaluated (greedy, pass@1)")
+    # GRPO
+    p.add_argument("--num-steps", "--max-steps", dest="num_steps", type=int, default=200, help="optimizer steps")
+    p.add_argument("--problems-per-step", type=int, default=4, help="problems (groups) per step")
+    p.add_argument("--group-size", type=int, default=8, help="G: samples of the trained role per problem")
+    p.add_argument("--downstream-samples", type=int, default=1,
+                   help="M: outputs of each frozen downstream role per sample (stage planner: programs per thought)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the trained role")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the trained role (1 = off)")
+    p.add_argument("--upstream-temperature", type=float, default=0.0,
+                   help="temperature of frozen roles before the trained one; our choice 0 (greedy): the group then "
+                        "shares one context, so rewards differ only by the trained role's samples")
+    p.add_argument("--downstream-temperature", type=float, default=0.0,
+                   help="temperature of frozen roles after the trained one; our choice 0 (greedy) with M=1, so a "
+                        "thought's reward is not blurred by the Coder's sampling noise (use >0 with M>1)")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="token budget of code-writing roles")
+    p.add_argument("--plan-max-new-tokens", type=int, default=256, help="token budget of the Planner")
+    p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (DeepSeekMath: 0.04)")
+    p.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip range")
+    p.add_argument("--ppo-epochs", type=int, default=1,
+                   help="optimisation passes over each batch; with 1 the ratio is exactly 1 and clipping is inert")
+    p.add_argument("--toy-target", default="a", help="stage toy only: the character that is rewarded")
+    # optimisation
+    p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate of the LoRA parameters")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
+    p.add_argument("--warmup-steps", type=int, default=10, help="linear warm-up steps, then constant")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max global grad norm")
+    p.add_argument("--micro-batch", type=int, default=8, help="completions per forward/backward")
+    p.add_argument("--logprob-chunk", type=int, default=128, help="positions per output-layer chunk")
+    p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
+                   help="gradient checkpointing of the decoder layers")
+    # LoRA
+    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
+    p.add_argument("--lora-alpha", type=float, default=32, help="LoRA alpha (scaling = alpha / r)")
+    p.add_argument("--lora-dropout", type=float, default=0.0,
+                   help="our choice 0: dropout would make training-time log-probs differ from sampling-time ones")
+    p.add_argument("--lora-targets", default=",".join(grpo.DEFAULT_TARGETS), help="comma-separated module names")
+    # run
+    p.add_argument("--out", default=None, help="run directory (default: runs/<stage>)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data order, sampling and init")
+    p.add_argument("--eval-every", type=int, default=25, help="held-out eval every N steps (and at 0 and the end); "
+                                                               "0 = never")
+    p.add_argument("--save-every", type=int, default=25, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--keep-last", type=int, default=3, help="checkpoints kept")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: CPU count)")
+    args = p.parse_args(argv)
+    args.out = args.out or os.path.join("runs", args.stage)
+    return args
+
+
+def fail(msg):
+    """Bad input: one clear line on stderr and exit 2, never a traceback."""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args):
+    if not args.model:
+        fail("no model: pass --model DIR (e.g. MODEL=$(../shared/models/get-model qwen2.5-coder-0.5b-instruct)) "
+             "or set CORECODE_MODEL")
+    for name in ("num_steps", "problems_per_step", "group_size", "downstream_samples", "micro_batch", "ppo_epochs",
+                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.group_size < 2:
+        print("warning: --group-size 1 gives every sample zero advantage (nothing to learn from)", file=sys.stderr)
+    if args.downstream_samples > 1 and args.downstream_temperature == 0:
+        fail("--downstream-samples > 1 with --downstream-temperature 0 would repeat one greedy output; "
+             "set --downstream-temperature > 0")
+    if args.temperature <= 0:
+        fail("--temperature must be > 0: GRPO needs different samples within a group")
+    # Adapters are checked before anything slow happens (bad input loses nothing).
+    if args.stage == "coder" and args.planner_adapter is None:
+        args.planner_adapter = os.path.join("runs", "planner", "final", "planner")
+        if not os.path.isdir(args.planner_adapter):
+            fail(f"stage coder needs the trained Planner: no adapter at {args.planner_adapter}; run --stage planner "
+                 "first, or pass --planner-adapter DIR (or --planner-adapter none for the untrained base Planner)")
+    for name in ("planner", "coder"):
+        path = getattr(args, f"{name}_adapter")
+        if path and path != "none" and not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            fail(f"--{name}-adapter {path}: not a PEFT-format adapter dir (no adapter_config.json there)")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Rollout: run the stage's chain of roles, expanding rows at the trained role (x G) and after it (x M).
+
+
+def rollout(stage, model, tokenizer, problems, args, generator, agent):
+    """Returns (Samples of the trained role, one row per (problem, g)), and the leaves: a (problem, context) per
+    (problem, g, m), in that order. A context dict holds each role's parsed output ("plan", "program", ...)."""
+    row = STAGES[stage]
+    probs, ctxs = list(problems), [{} for _ in problems]
+    trained = None
+    for role in row["chain"]:
+        spec = agents.ROLES[role]
+        if role == row["train"]:
+            k, temperature = args.group_size, args.temperature
+        elif trained is None:
+            k, temperature = 1, args.upstream_temperature
+        else:
+            k, temperature = args.downstream_samples, args.downstream_temperature
+        prompts = [spec["prompt"](tokenizer, p, c) for p, c in zip(probs, ctxs)]
+        budget = args.plan_max_new_tokens if spec["budget"] == "plan" else args.max_new_tokens
+        with agent(role):
+            s = agents.sample(model, tokenizer, prompts, group_size=k, max_new_tokens=budget, temperature=temperature,
+                              top_p=args.top_p if role == row["train"] else 1.0, stop=spec["stop"],
+                              generator=generator)
+        probs = [p for p in probs for _ in range(k)]
+        ctxs = [dict(c) for c in ctxs for _ in range(k)]
+        for c, p, text in zip(ctxs, probs, s.texts):
+            c.update(spec["parse"](text, p))
+            c["raw"] = text
+        if role == row["train"]:
+            trained = s
+    return trained, probs, ctxs
+
+
+def job_for(problem, program):
+    """The sandbox job that scores `program` on the problem's hidden tests."""
+    return sandbox.Job(program=program, kind=problem.kind, cases=problem.hidden_tests, setup=problem.setup,
+                       fn_name=problem.entry_point, time_limit_s=problem.time_limit_s,
+                       memory_limit_mb=problem.memory_limit_mb)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Held-out evaluation: greedy pass@1 of planner-coder and of direct coding, and their difference (CG).
+
+
+def held_out_eval(model, tokenizer, problems, args, agent, pool):
+    out = {}
+    for method in ("planner-coder", "direct"):
+        attempts = agents.run_method(method, model, tokenizer, problems, n=1, temperature=0.0,
+                                     max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
+                                     seed=args.seed, agent=agent, pool=pool)
+        results = pool.run([job_for(p, a[0].program) for p, a in zip(problems, attempts)])
+        out[method] = sum(r.verdict == "passed" for r in results) / max(1, len(results))
+    return {"eval_pass1_planner_coder": out["planner-coder"], "eval_pass1_direct": out["direct"],
+            "eval_cg": rewards.collaboration_gain(out["planner-coder"], out["direct"])}
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Checkpoints: written to a temp dir and renamed into place, so a kill never leaves a half-written one.
+
+
+def checkpoint_dirs(out):
+    root = os.path.join(out, "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    return sorted(os.path.join(root, d) for d in os.listdir(root) if d.startswith("step_"))
+
+
+def save_checkpoint(out, step, model, role, optimizer, scheduler, generator, keep_last, base_name):
+    root = os.path.join(out, "checkpoints")
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, f"step_{step:06d}")
+    tmp = os.path.join(root, f".tmp_step_{step:06d}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    grpo.save_adapter(model, role, os.path.join(tmp, "adapter", role), base_model_name_or_path=base_name)
+    state = {
+        "step": step,  # the number of completed steps
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "sampler": generator.get_state()},
+    }
+    torch.save(state, os.path.join(tmp, "state.pt"))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in checkpoint_dirs(out)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path, model, role, optimizer, scheduler, generator):
+    grpo.load_adapter(model, role, os.path.join(path, "adapter", role))
+    # weights_only=False: the file holds RNG states (numpy tuples) that we wrote ourselves in save_checkpoint.
+    state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if state["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    generator.set_state(state["rng"]["sampler"])
+    return state["step"]
+
+
+def truncate_metrics(path, step):
+    """A killed run may have logged steps after its last checkpoint: drop them, they will be redone."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
+def batch_indices(step, n_problems, per_step, seed):
+    """Problems of `step`: consecutive slices of a per-epoch permutation. A pure function of (step, seed), so a
+    resumed run sees exactly the problems the uninterrupted run would have seen."""
+    out = []
+    for j in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(j, n_problems)
+        out.append(int(np.random.RandomState(seed + epoch).permutation(n_problems)[i]))
+    return out
+
+
+# -----------------------------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    args = get_args(argv)
+    check_args(args)
+    # The sandbox's fork-server workers start before the model: small, clean processes (sandbox.py explains why).
+    # The `with` makes sure they are shut down however training ends.
+    with sandbox.SandboxPool(workers=args.workers) as pool:
+        train(args, pool)
+
+
+def train(args, pool):
+    row = STAGES[args.stage]
+    role = row["train"]
+    os.makedirs(args.out, exist_ok=True)
+    metrics_path = os.path.join(args.out, "metrics.jsonl")
+    if not args.resume and checkpoint_dirs(args.out):
+        fail(f"{args.out} already holds checkpoints: pass --resume to continue, or a new --out")
+    print(json.dumps(vars(args), indent=1))
+    with open(os.path.join(args.out, "args.json"), "w") as f:
+        json.dump(vars(args), f, indent=1)
+
+    # Seeds: python / numpy / torch for init and dropout; a dedicated generator for sampling (saved in checkpoints).
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+
+    # ---- data
+    try:
+        train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit)
+        eval_set = data.load(args.bench, path=args.data, split=args.eval_split, limit=args.eval_limit) \
+            if args.eval_every > 0 else []
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        fail(str(e))
+    if not train_set:
+        fail(f"no training problems in {args.bench} split {args.split!r}")
+
+    # ---- model and adapters: one base in memory, one named adapter per role
+    try:
+        model, tokenizer = agents.load_model(args.model, device=args.device,
+                                             dtype=None if args.dtype == "auto" else args.dtype)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
+              file=sys.stderr)
+    targets = tuple(t for t in args.lora_targets.split(",") if t)
+    given = {"planner": args.planner_adapter, "coder": args.coder_adapter}
+    loaded = set()
+    for name, path in given.items():
+        if path and path != "none":
+            try:
+                grpo.load_adapter(model, name, path)
+            except (FileNotFoundError, ValueError, KeyError) as e:
+                fail(f"--{name}-adapter {path}: {e}")
+            loaded.add(name)
+    if role not in loaded:
+        grpo.add_lora(model, role, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout, targets=targets)
+    # Only the trained adapter learns; a loaded frozen one must not (add/load_lora mark all LoRA params trainable).
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = grpo.lora_parameters(model, role)
+    for p in params:
+        p.requires_grad_(True)
+    if args.grad_ckpt:
+        grpo.enable_checkpointing(model, True)
+
+    def agent(r):
+        """The context that makes the model act as role `r`: its adapter when it has one, else the bare base."""
+        return grpo.use_adapter(model, r) if r in grpo.adapter_names(model) else grpo.adapters_off(model)
+
+    # ---- optimizer: AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs)
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.99))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup_steps)))
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+
+    start = 0
+    if args.resume:
+        ckpts = checkpoint_dirs(args.out)
+        if ckpts:
+            start = load_checkpoint(ckpts[-1], model, role, optimizer, scheduler, generator)
+            truncate_metrics(metrics_path, start)
+            print(f"resumed from {ckpts[-1]} (step {start})")
+        else:
+            print(f"--resume: no checkpoint in {args.out}, starting from scratch")
+    elif os.path.exists(metrics_path):
+        os.remove(metrics_path)
+    base_name = args.model
+
+    G, M = args.group_size, args.downstream_samples
+    bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
+               dynamic_ncols=True)
+    for step in bar:
+        m = {"step": step + 1}
+        batch = [train_set[i] for i in batch_indices(step, len(train_set), args.problems_per_step, args.seed)]
+
+        # ---- 0 eval before any update: the baseline Collaboration Gain
+        if step == 0 and args.eval_every > 0 and eval_set:
+            m.update({k + "_start": v for k, v in held_out_eval(model, tokenizer, eval_set, args, agent, pool).items()})
+
+        # ---- 1 sample
+        t0 = time.time()
+        samples, leaf_probs, leaf_ctxs = rollout(args.stage, model, tokenizer, batch, args, generator, agent)
+        m["t_sample"] = time.time() - t0
+
+        # ---- 2 execute (the toy stage has nothing to run)
+        t0 = time.time()
+        results = [None] * len(leaf_ctxs)
+        if row["reward"] != "toy":
+            results = pool.run([job_for(p, c.get("program", "")) for p, c in zip(leaf_probs, leaf_ctxs)])
+        m["t_execute"] = time.time() - t0
+
+        # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem
+        reward_list = []
+        for i in range(len(batch)):
+            sl = slice(i * G * M, (i + 1) * G * M)
+            texts = samples.texts[i * G:(i + 1) * G]
+            reward_list += REWARDS[row["reward"]](results[sl], texts, G, M, args)
+        if row["reward"] != "toy":
+            m["pass_rate"] = float(np.mean([r.pass_rate for r in results]))
+            m["all_pass_frac"] = float(np.mean([r.verdict == "passed" for r in results]))
+
+        # ---- 4 advantages
+        adv, adv_stats = grpo.group_advantages(reward_list, G)  # (B,)
+        m.update(adv_stats)
+        adv = adv.to(device)
+
+        # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
+        input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (B, P+T)
+        attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (B, P+T)
+        cmask = samples.completion_mask  # (B, T), includes EOS
+        P = samples.prompt_ids.shape[1]
+        m["completion_len"] = cmask.sum(1).float().mean().item()
+        B = input_ids.shape[0]
+        mbs = [slice(a, min(B, a + args.micro_batch)) for a in range(0, B, args.micro_batch)]
+
+        def micro(sl):
+            """Trim columns no row of this micro-batch uses (left prompt padding, right completion padding)."""
+            ids, am, cm = input_ids[sl], attn[sl], cmask[sl]
+            left = int(samples.prompt_mask[sl].sum(1).max())  # longest prompt in the micro-batch
+            right = max(1, int(cm.sum(1).max()))  # longest completion
+            cols = slice(P - left, P + right)
+            return ids[:, cols], am[:, cols], cm[:, :right], left
+
+        # ---- 5 reference (and old) log-probs, no grad: adapters off = the frozen base = the reference policy
+        t0 = time.time()
+        ref_lp, old_lp = [], []
+        with torch.no_grad():
+            model.eval()
+            for sl in mbs:
+                ids, am, cm, left = micro(sl)
+                if args.beta != 0:
+                    with grpo.adapters_off(model):
+                        ref_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk))
+                if args.ppo_epochs > 1:
+                    # Sampling-time log-probs of the current policy; with one pass old == logp.detach() (below).
+                    with agent(role):
+                        old_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk))
+        m["t_reference"] = time.time() - t0
+
+        # ---- 6 learn: loss over micro-batches (scaled so their sum is the mean over all B completions)
+        t0 = time.time()
+        model.train()
+        stats_acc = {}
+        skipped = False
+        # Forward AND backward under the trained role's adapter (grpo.py's checkpointing also pins it for the
+        # recompute, but there is no reason to backward under another adapter).
+        with agent(role):
+            for epoch in range(args.ppo_epochs):
+                optimizer.zero_grad(set_to_none=True)
+                for j, sl in enumerate(mbs):
+                    ids, am, cm, left = micro(sl)
+                    lp = grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk)  # (b, T)
+                    old = old_lp[j] if args.ppo_epochs > 1 else lp.detach()
+                    ref = ref_lp[j] if args.beta != 0 else None
+                    loss, st = grpo.grpo_loss(lp, old, ref, adv[sl], cm, beta=args.beta, clip_eps=args.clip_eps)
+                    if not torch.isfinite(loss):
+                        skipped = True
+                        break
+                    (loss * (lp.shape[0] / B)).backward()
+                    for k, v in st.items():
+                        stats_acc[k] = stats_acc.get(k, 0.0) + v * lp.shape[0] / B / args.ppo_epochs
+                if skipped:
+                    break
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
+                if not torch.isfinite(grad_norm):
+                    skipped = True
+                    break
+                optimizer.step()
+        if skipped:
+            # Non-finite loss or gradient: drop this step's update entirely, log it, and carry on.
+            optimizer.zero_grad(set_to_none=True)
+            m["skipped"] = True
+            print(f"warning: step {step + 1}: non-finite loss or gradient, update skipped", file=sys.stderr)
+        else:
+            m["grad_norm"] = float(grad_norm)
+        scheduler.step()
+        model.eval()
+        m.update(stats_acc)
+        m["lr"] = optimizer.param_groups[0]["lr"]
+        m["t_learn"] = time.time() - t0
+
+        # ---- 7 log
+        done = step + 1
+        last = done == args.num_steps
+        if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
+            m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool))
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(m) + "\n")
+        bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}",
+                        zv=f"{m['zero_var_frac']:.2f}", len=f"{m['completion_len']:.0f}")
+        tqdm.write(f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
+                   f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
+                   f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
+                   f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s"
+                   + (f" | eval planner-coder {m['eval_pass1_planner_coder']:.3f} direct "
+                      f"{m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}" if "eval_cg" in m else ""))
+
+        # ---- 8 checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean)
+        if done % args.save_every == 0 or last:
+            save_checkpoint(args.out, done, model, role, optimizer, scheduler, generator, args.keep_last, base_name)
+
+    # The final adapter, where `--stage coder` and evaluate.py look for it.
+    final = os.path.join(args.out, "final")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    grpo.save_adapter(model, role, os.path.join(tmp, role), base_model_name_or_path=base_name)
+    with open(os.path.join(tmp, "args.json"), "w") as f:
+        json.dump(vars(args), f, indent=1)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    print(f"done: adapter in {os.path.join(final, role)}, metrics in {metrics_path}")
+
+
+if __name__ == "__main__":
+    main()
