@@ -1,0 +1,338 @@
+"""Benchmark: agents.sample vs HF `generate`, side by side; and the memory gradient checkpointing saves.
+
+What it is. Part 1, speed: on the tiny random Qwen2 (tests/tiny_model.py, built into a temp dir) and, when it
+has been built, the real Qwen2.5-Coder-0.5B, both samplers run on the same loaded model, the same prompts, the
+same batch B and the same number of new tokens, alternating, best of `--rounds`. Equal work: EOS is ignored by
+both (ours: eos_token_ids=(); HF: the generation config's eos_token_id set to None for the call), so every row
+generates exactly N tokens and tokens/s = B * N / seconds on both sides (checked). Two workloads:
+  - group sampling, the GRPO rollout: n prompts x G samples at temperature 1 (ours: `group_size=G`; HF:
+    `num_return_sequences=G`). This is the headline ratio in the RESULT line.
+  - greedy on B distinct ragged prompts: also checks that our tokens equal HF's token for token.
+Part 2, memory: peak memory of one LoRA training step (forward + backward of grpo.token_logprobs on a batch),
+with and without grpo.enable_checkpointing, each in a fresh child process started before this process loads
+any model. On CPU the peak is the child's resident-set high-water mark measured from right before the step
+(VmHWM reset through /proc/self/clear_refs, so loading the bf16 checkpoint into fp32 does not mask the step);
+the child's whole-life ru_maxrss (from os.wait4) is printed next to it. On CUDA: torch.cuda.max_memory_allocated.
+The ratio in the RESULT line is step peak with / without checkpointing, resident weights included.
+
+What it is not. Not a throughput study across batch sizes, not a measure of prefix caching or serving engines.
+Where our speed comes from: the shared prefill (HF prefills every one of the G copies of a prompt), and less
+Python per step; the model forward itself is the same HF code in both, so at batch-1-like compute-bound settings
+(greedy on the 0.5B) expect a ratio near 1.
+
+Run:   .venv/bin/python tests/bench/bench_sampler.py            (tiny + the 0.5B if present; CPU or CUDA;
+       the speed part uses 1 CPU thread by default, see --threads)
+Ends with: RESULT sampler_vs_hf_tiny=<ours/HF tokens/s> sampler_vs_hf_0p5b=<...> greedy_identical=<true|false>
+           ckpt_mem_ratio=<step peak with checkpointing / without>
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(HERE))
+REAL_MODEL = "/root/.cache/corecode/models/qwen2.5-coder-0.5b-instruct"
+
+# ----------------------------------------------------------------------------------------------------------------
+# config
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+parser.add_argument("--real-model", default=REAL_MODEL, help="the 0.5B model dir; skipped cleanly when absent")
+parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the speed part (0: torch's "
+                    "default). 1 by default: on a shared 2-core machine two OpenMP threads stall at every barrier "
+                    "while another job holds a core, which slowed both samplers 10x and pulled the ratio to ~1; "
+                    "one thread is only time-sliced, so the ratio stays a measure of work")
+# tiny model workloads (B = prompts x group)
+parser.add_argument("--tiny-prompts", type=int, default=4)
+parser.add_argument("--tiny-group", type=int, default=4)
+parser.add_argument("--tiny-new", type=int, default=64)
+parser.add_argument("--tiny-rounds", type=int, default=5)
+# real model workloads: small on 2 CPU cores
+parser.add_argument("--real-prompts", type=int, default=2)
+parser.add_argument("--real-group", type=int, default=2)
+parser.add_argument("--real-new", type=int, default=32)
+parser.add_argument("--real-rounds", type=int, default=3, help="rounds of the group-sampling comparison")
+# memory of one LoRA training step
+parser.add_argument("--mem-model", default="auto", help="auto (the 0.5B when present, else a 8-layer random model), "
+                    "or a model dir, or 'skip'")
+parser.add_argument("--mem-batch", type=int, default=2)
+parser.add_argument("--mem-seq", type=int, default=256, help="tokens per row (prompt 64 + completion)")
+parser.add_argument("--mem-child", default=None, help=argparse.SUPPRESS)  # internal: "0" / "1" = checkpointing
+parser.add_argument("--mem-path", default=None, help=argparse.SUPPRESS)
+args = parser.parse_args()
+
+PROBLEMS = [  # MBPP-style prompts with their tests, as the Coder sees them: realistic, ragged lengths
+    ("Write a function to find the minimum cost path to reach (m, n) from (0, 0) for the given cost matrix.",
+     ["assert min_cost([[1, 2, 3], [4, 8, 2], [1, 5, 3]], 2, 2) == 8",
+      "assert min_cost([[2, 3, 4], [5, 9, 3], [2, 6, 4]], 2, 2) == 12"]),
+    ("Write a python function to check whether the given number is a perfect square or not.",
+     ["assert is_Perfect_Square(10) == False", "assert is_Perfect_Square(36) == True"]),
+    ("Write a function to find the longest common subsequence of two strings. Return its length.",
+     ["assert lcs('AGGTAB', 'GXTXAYB') == 4", "assert lcs('ABC', 'AC') == 2", "assert lcs('', 'A') == 0"]),
+    ("Write a function to remove all whitespaces from a string.",
+     ["assert remove_all_spaces('python  program') == 'pythonprogram'"]),
+    ("Write a function that takes a list of integers and returns a new list with every even number doubled and "
+     "every odd number removed, keeping the original order.",
+     ["assert double_evens([1, 2, 3, 4]) == [4, 8]", "assert double_evens([]) == []"]),
+    ("Write a python function to count the number of set bits in a non-negative integer.",
+     ["assert count_Set_Bits(2) == 1", "assert count_Set_Bits(7) == 3"]),
+    ("Write a function to merge two sorted lists into one sorted list without using sort().",
+     ["assert merge([1, 3], [2, 4]) == [1, 2, 3, 4]"]),
+    ("Write a function to return the n-th Fibonacci number using iteration.",
+     ["assert fib(1) == 1", "assert fib(10) == 55", "assert fib(20) == 6765"]),
+]
+SYSTEM = "You are an expert Python programmer. Answer with one ```python code block and nothing else."
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Part 2 child: one LoRA training step, print its peak memory as JSON (runs in a fresh process)
+
+def _status_bytes(field):
+    """A memory field of /proc/self/status (VmRSS, VmHWM, ...) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def mem_child(path, ckpt):
+    import torch
+
+    import agents
+    import grpo
+
+    model, tok = agents.load_model(path, device=args.device)
+    device = next(model.parameters()).device
+    grpo.add_lora(model, "policy")
+    grpo.enable_checkpointing(model, on=ckpt)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    B, L, P = args.mem_batch, args.mem_seq, min(64, args.mem_seq // 2)
+    ids = torch.randint(3, model.config.vocab_size, (B, L), generator=g).to(device)  # (B, L)
+    am = torch.ones_like(ids)  # (B, L)
+    # The step's own peak: on CUDA reset the allocator's counter; on CPU reset the RSS watermark (Linux:
+    # writing 5 to clear_refs sets VmHWM to the current RSS), so model loading does not count.
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        setup = torch.cuda.memory_allocated()
+    else:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        setup = _status_bytes("VmRSS")
+    t0 = time.perf_counter()
+    logp = grpo.token_logprobs(model, ids, am, P)  # (B, L-P)
+    (-logp.mean()).backward()
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _status_bytes("VmHWM")
+    print(json.dumps({"peak": peak, "setup": setup, "seconds": time.perf_counter() - t0}))
+
+
+def run_mem_child(path, ckpt):
+    """Run one child to completion; return its JSON (step peak) plus its whole-life ru_maxrss from os.wait4."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--mem-child", str(int(ckpt)), "--mem-path", path]
+    if args.device:
+        cmd += ["--device", args.device]
+    # glibc's malloc raises its mmap threshold as large blocks are freed, after which freed tensors stay in the
+    # heap and the RSS peak depends on allocation order (we saw 4.5 to 5.6 GB for the same step). A fixed low
+    # threshold makes every large tensor its own mapping, returned at free: RSS then follows live memory.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        out = proc.stdout.read()
+        # Reap it ourselves: wait4 hands back this child's own rusage (RUSAGE_CHILDREN would mix children).
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = (err.read().strip().splitlines() or ["(no stderr)"])[-1]
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory child (checkpointing={ckpt}) exited {proc.returncode}: {tail}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["maxrss"] = usage.ru_maxrss * 1024  # Linux reports KiB
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Part 1: speed
+
+def spice(model):
+    """Redraw the tiny model's matrices at a larger scale (in memory): its stock weights make greedy decoding
+    repeat one token, which would make the greedy-identity check vacuous. Speed does not depend on values."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g).to(p.dtype) * 2 / p.shape[1] ** 0.5)
+
+
+def sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_ours(model, tok, prompts, group, new, temperature):
+    import agents
+
+    return agents.sample(model, tok, prompts, group_size=group, max_new_tokens=new, temperature=temperature,
+                         seed=0, eos_token_ids=()).completion_ids
+
+
+def run_hf(model, tok, prompts, group, new, temperature):
+    device = next(model.parameters()).device
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt").to(device)
+    gc = model.generation_config
+    saved = gc.eos_token_id
+    gc.eos_token_id = None  # no EOS stopping criterion at all: every row runs the full N steps, as ours
+    try:
+        if temperature > 0:
+            kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=group)
+        else:
+            kw = dict(do_sample=False)
+        out = model.generate(**enc, max_new_tokens=new, pad_token_id=tok.pad_token_id, **kw)
+    finally:
+        gc.eos_token_id = saved
+    return out[:, enc["input_ids"].shape[1]:]
+
+
+def timed(fn, device):
+    """(wall seconds, this process's CPU seconds, result). CPU time is the cross-check on a shared machine:
+    other people's jobs stretch wall time by tens of seconds at random, but barely change our CPU time."""
+    sync(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    sync(device)
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def user_prompt(tok, i):
+    import agents
+
+    text, tests = PROBLEMS[i % len(PROBLEMS)]
+    return agents.chat_prompt(tok, SYSTEM, text + "\nYour code should pass these tests:\n" + "\n".join(tests))
+
+
+def compare(label, model, tok, n_prompts, group, new, rounds, temperature):
+    """Alternate ours / HF `rounds` times; return (ours tok/s, HF tok/s, ours ids, HF ids) from the best rounds."""
+    import agents
+
+    device = next(model.parameters()).device
+    prompts = [user_prompt(tok, i) for i in range(n_prompts)]
+    B = n_prompts * group
+    best = {"ours": float("inf"), "hf": float("inf")}  # fastest wall time of each side
+    cpu = {"ours": float("inf"), "hf": float("inf")}  # least CPU time of each side
+    outs = {}
+    for _ in range(rounds):
+        for name, fn in (("ours", run_ours), ("hf", run_hf)):
+            sec, cpu_sec, ids = timed(lambda: fn(model, tok, prompts, group, new, temperature), device)
+            assert ids.shape == (B, new), f"{name} generated {tuple(ids.shape)}, expected {(B, new)}"
+            best[name], cpu[name] = min(best[name], sec), min(cpu[name], cpu_sec)
+            outs[name] = ids
+    ours_tps, hf_tps = B * new / best["ours"], B * new / best["hf"]
+    ratio, cpu_ratio = ours_tps / hf_tps, cpu["hf"] / cpu["ours"]
+    lengths = tok(prompts, return_length=True)["length"]
+    print(f"{label:34s} B={B:3d} ({n_prompts}x{group}) N={new:3d} prompt tokens {min(lengths)}-{max(lengths)}: "
+          f"ours {ours_tps:8.1f} tok/s  HF {hf_tps:8.1f} tok/s  ratio {ratio:5.2f} (CPU-time ratio {cpu_ratio:5.2f})",
+          flush=True)
+    if device.type == "cpu" and not 0.75 < ratio / cpu_ratio < 1.33:
+        print(f"  warning: wall-clock and CPU-time ratios disagree: the machine was busy; rerun, or read the "
+              f"CPU-time ratio", flush=True)
+    return ratio, outs["ours"], outs["hf"]
+
+
+def speed(path, is_tiny, device):
+    import torch
+
+    import agents
+
+    model, tok = agents.load_model(path, device=device)
+    if is_tiny:
+        spice(model)
+    n, G, N, R = ((args.tiny_prompts, args.tiny_group, args.tiny_new, args.tiny_rounds) if is_tiny else
+                  (args.real_prompts, args.real_group, args.real_new, args.real_rounds))
+    name = "tiny" if is_tiny else "0.5B"
+    if is_tiny:  # one untimed call each: first-call allocations and lazy imports
+        run_ours(model, tok, [user_prompt(tok, 0)], 1, 2, 1.0)
+        run_hf(model, tok, [user_prompt(tok, 0)], 1, 2, 1.0)
+    sampling_ratio, _, _ = compare(f"{name} group sampling (T=1)", model, tok, n, G, N, R, 1.0)
+    # Greedy is mostly the identity check: on the real model one round is enough (and costs minutes on CPU).
+    greedy_ratio, ours, ref = compare(f"{name} greedy, distinct prompts", model, tok, n * G, 1, N,
+                                      R if is_tiny else 1, 0.0)
+    identical = bool(torch.equal(ours, ref))
+    print(f"{name} greedy tokens identical to HF generate: {identical}", flush=True)
+    del model
+    return sampling_ratio, greedy_ratio, identical
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+def main():
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    args.device = device.type
+    print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()}", flush=True)
+    tmp = tempfile.mkdtemp(prefix="bench-sampler-")
+    try:
+        run(tmp, device)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(tmp, device):
+    from tiny_model import build_tiny_model
+
+    real = args.real_model if os.path.isdir(args.real_model) else None
+
+    # Part 2 first: the memory children must start while this process is still small (ru_maxrss of a child
+    # started by exec inherits the parent's high-water mark).
+    ckpt_ratio = "na"
+    mem_path = {"auto": real, "skip": None}.get(args.mem_model, args.mem_model)
+    if args.mem_model == "auto" and mem_path is None:
+        mem_path = build_tiny_model(os.path.join(tmp, "mid"), num_layers=8, hidden=256)  # activations visible
+    try:
+        import grpo  # noqa: F401  (add_lora / enable_checkpointing / token_logprobs, written in parallel)
+    except ImportError as e:
+        print(f"memory part skipped: grpo.py not importable ({e}); the lead runs it once grpo.py lands", flush=True)
+        mem_path = None
+    if mem_path:
+        runs = {}
+        for ckpt in (False, True):
+            r = runs[ckpt] = run_mem_child(mem_path, ckpt)
+            print(f"LoRA step on {os.path.basename(mem_path.rstrip('/'))} B={args.mem_batch} L={args.mem_seq} "
+                  f"checkpointing={'on ' if ckpt else 'off'}: step peak {r['peak'] / 2**20:6.0f} MiB "
+                  f"(= {r['setup'] / 2**20:.0f} resident before the step + {(r['peak'] - r['setup']) / 2**20:.0f}), "
+                  f"process ru_maxrss {r['maxrss'] / 2**20:6.0f} MiB, {r['seconds']:.1f} s", flush=True)
+        ckpt_ratio = f"{runs[True]['peak'] / runs[False]['peak']:.3f}"
+        extra = [runs[c]["peak"] - runs[c]["setup"] for c in (True, False)]
+        print(f"checkpointing: step peak x{ckpt_ratio}, memory the step adds x{extra[0] / max(extra[1], 1):.3f}")
+
+    # Part 1
+    tiny_dir = build_tiny_model(os.path.join(tmp, "tiny"))
+    tiny_ratio, tiny_greedy, tiny_same = speed(tiny_dir, True, device)
+    real_ratio, identical = "na", tiny_same
+    if real:
+        r, _, same = speed(real, False, device)
+        real_ratio, identical = f"{r:.3f}", tiny_same and same
+    else:
+        print(f"0.5B model absent at {args.real_model}: skipped (build it with ../shared/models/get-model)")
+    print(f"RESULT sampler_vs_hf_tiny={tiny_ratio:.3f} sampler_vs_hf_0p5b={real_ratio} "
+          f"greedy_identical={str(identical).lower()} ckpt_mem_ratio={ckpt_ratio}")
+
+
+if __name__ == "__main__":
+    if args.mem_child is not None:
+        mem_child(args.mem_path, args.mem_child == "1")
+    else:
+        main()

@@ -1,0 +1,68 @@
+"""agents.load_model: the tiny model loads on CPU in fp32; wrong paths fail fast with one clear line."""
+import os
+import shutil
+
+import pytest
+import torch
+
+import agents
+
+
+def _one_line(err):
+    return "\n" not in str(err) and len(str(err)) > 0
+
+
+def test_loads_tiny_model_fp32_on_cpu_in_eval_mode(tiny_model_dir):
+    model, tok = agents.load_model(tiny_model_dir, device="cpu")
+    assert next(model.parameters()).dtype == torch.float32
+    assert next(model.parameters()).device.type == "cpu"
+    assert not model.training
+    assert tok.pad_token_id is not None and tok.padding_side == "left"
+
+
+def test_dtype_can_be_overridden(tiny_model_dir):
+    model, _ = agents.load_model(tiny_model_dir, device="cpu", dtype="bf16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_resolve_dtype_defaults_and_bad_name():
+    assert agents.resolve_dtype(None, "cpu") == torch.float32
+    assert agents.resolve_dtype("auto", "cpu") == torch.float32
+    assert agents.resolve_dtype(torch.float16, "cpu") == torch.float16
+    with pytest.raises(ValueError, match="unknown dtype"):
+        agents.resolve_dtype("float8", "cpu")
+
+
+def test_missing_local_path_is_one_clear_line(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        agents.load_model(str(tmp_path / "no-such-model"))
+    assert _one_line(err.value) and "get-model" in str(err.value)
+
+
+def test_directory_without_config_is_one_clear_line(tmp_path):
+    with pytest.raises(ValueError) as err:
+        agents.load_model(str(tmp_path))
+    assert _one_line(err.value) and "config.json" in str(err.value)
+
+
+def test_directory_with_broken_weights_is_one_clear_line(tiny_model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])  # truncated checkpoint
+    with pytest.raises(ValueError) as err:
+        agents.load_model(str(broken))
+    assert _one_line(err.value) and str(broken) in str(err.value)
+
+
+def test_hub_id_offline_fails_fast_without_network_retries(monkeypatch):
+    # With HF_HUB_OFFLINE=1 only the local HF cache is consulted: no request, no minute of retries.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as err:
+        agents.load_model("no-such-org/no-such-model-xyz")
+    assert _one_line(err.value) and "get-model" in str(err.value)
+
+
+def test_file_instead_of_directory_is_rejected(tiny_model_dir):
+    with pytest.raises(ValueError, match="not a directory"):
+        agents.load_model(os.path.join(tiny_model_dir, "config.json"))

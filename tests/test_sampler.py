@@ -1,0 +1,278 @@
+"""agents.sample: the KV-cache sampler against references (naive full recompute, HF generate greedy).
+
+One property per test, on the tiny random model. Its stock weights (std 0.02) make greedy decoding
+collapse to one repeated token, which would make equality tests vacuous, so the `tiny` fixture redraws
+the matrices with a larger scale (in memory only) to get varied, prompt-dependent outputs.
+"""
+import os
+
+import pytest
+import torch
+
+import agents
+
+REAL_MODEL = "/root/.cache/corecode/models/qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    model, tok = agents.load_model(tiny_model_dir, device="cpu")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:  # (out, in): scale 2/sqrt(in) gives peaked, input-dependent logits
+                p.copy_(torch.randn(p.shape, generator=g) * 2 / p.shape[1] ** 0.5)
+    return model, tok
+
+
+def ragged_prompts(tok):
+    """Three chat prompts of clearly different token lengths (exercises left padding)."""
+    users = ["hi", "Write a function to find the minimum of a list.", "def add(a, b):\n    return a + b\n" * 3]
+    return [agents.chat_prompt(tok, "You write Python.", u) for u in users]
+
+
+def naive_sample(model, tok, prompts, group_size, max_new_tokens, temperature, top_k, top_p, seed, eos_ids):
+    """Reference: no cache, the full sequence re-run every step, same per-step draws as `sample`."""
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
+    ids = enc["input_ids"].repeat_interleave(group_size, 0)  # (B, P) every row prefilled on its own
+    am = enc["attention_mask"].repeat_interleave(group_size, 0)  # (B, P)
+    gen = torch.Generator().manual_seed(seed)
+    B = ids.shape[0]
+    finished = torch.zeros(B, dtype=torch.bool)
+    out, mask = [], []
+    for _ in range(max_new_tokens):
+        pos = (am.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False).logits[:, -1].float()
+        nxt = agents.sample_token(logits, temperature, top_k, top_p, gen)
+        nxt = torch.where(finished, tok.pad_token_id, nxt)
+        out.append(nxt)
+        mask.append((~finished).long())
+        finished = finished | torch.isin(nxt, torch.tensor(eos_ids, dtype=torch.long))
+        ids = torch.cat([ids, nxt[:, None]], 1)
+        am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype)], 1)
+        if finished.all():
+            break
+    return torch.stack(out, 1), torch.stack(mask, 1)
+
+
+def greedy_ids(model, tok, prompts, n):
+    return agents.sample(model, tok, prompts, max_new_tokens=n, temperature=0, eos_token_ids=()).completion_ids
+
+
+# ---------------------------------------------------------------------------------------------- references
+
+def test_cached_sampling_equals_naive_recompute(tiny):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    eos = list(range(3, 43))  # 10% of the vocabulary ends a row: some rows stop early, some run to the cap
+    kw = dict(group_size=3, max_new_tokens=24, temperature=1.0, top_k=50, top_p=0.95)
+    s = agents.sample(model, tok, prompts, seed=7, eos_token_ids=eos, **kw)
+    ref_ids, ref_mask = naive_sample(model, tok, prompts, kw["group_size"], kw["max_new_tokens"], kw["temperature"],
+                                     kw["top_k"], kw["top_p"], 7, eos)
+    assert torch.equal(s.completion_ids, ref_ids)
+    assert torch.equal(s.completion_mask, ref_mask)
+    lengths = s.completion_mask.sum(1)
+    assert lengths.min() < lengths.max()  # the test really exercised per-row stopping
+
+
+def test_greedy_equals_hf_generate_on_ragged_batch(tiny):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    n = 20
+    ours = agents.sample(model, tok, prompts, max_new_tokens=n, temperature=0)
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    ref = model.generate(**enc, do_sample=False, max_new_tokens=n, pad_token_id=tok.pad_token_id)
+    assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
+
+
+def test_greedy_with_early_eos_equals_hf_generate(tiny):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    eos = int(greedy_ids(model, tok, prompts, 6)[1, 3])  # row 1 emits it at step 3 (maybe earlier)
+    ours = agents.sample(model, tok, prompts, max_new_tokens=16, temperature=0, eos_token_ids=[eos])
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    ref = model.generate(**enc, do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
+
+
+# ----------------------------------------------------------------------------------------- group sampling
+
+def test_first_tokens_after_shared_prefill_are_independent(tiny):
+    model, tok = tiny
+    s = agents.sample(model, tok, ragged_prompts(tok)[:1], group_size=64, max_new_tokens=1, temperature=5.0, seed=0)
+    # One prefill, 64 rows: broadcasting one draw would give a single distinct token.
+    assert len(set(s.completion_ids[:, 0].tolist())) > 16
+
+
+def test_group_rows_are_laid_out_prompt_major(tiny):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    s = agents.sample(model, tok, prompts, group_size=2, max_new_tokens=2, seed=0)
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    assert torch.equal(s.prompt_ids, enc["input_ids"].repeat_interleave(2, 0))  # row i*G+g = prompt i
+    assert torch.equal(s.prompt_mask, enc["attention_mask"].repeat_interleave(2, 0))
+    assert len(s.texts) == 6
+
+
+# ----------------------------------------------------------------------------------------- reproducibility
+
+def test_same_seed_same_output(tiny):
+    model, tok = tiny
+    a = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=12, seed=3)
+    b = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=12, seed=3)
+    assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
+
+
+def test_different_seed_different_output(tiny):
+    model, tok = tiny
+    a = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=12, seed=3)
+    b = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=12, seed=4)
+    assert not torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_generator_argument_equals_seed(tiny):
+    model, tok = tiny
+    a = agents.sample(model, tok, ragged_prompts(tok), max_new_tokens=8, seed=11)
+    b = agents.sample(model, tok, ragged_prompts(tok), max_new_tokens=8, generator=torch.Generator().manual_seed(11))
+    assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_global_torch_seed_reproduces_unseeded_calls(tiny):
+    model, tok = tiny
+    torch.manual_seed(5)
+    a = agents.sample(model, tok, ragged_prompts(tok), max_new_tokens=8)
+    torch.manual_seed(5)
+    b = agents.sample(model, tok, ragged_prompts(tok), max_new_tokens=8)
+    assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+# ------------------------------------------------------------------------------------ stopping and masks
+
+def test_max_new_tokens_is_respected(tiny):
+    model, tok = tiny
+    s = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=9, eos_token_ids=(), seed=0)
+    assert s.completion_ids.shape == (6, 9) and bool(s.completion_mask.all())
+
+
+def test_eos_ends_row_and_mask_includes_eos(tiny):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    free = greedy_ids(model, tok, prompts, 12)
+    eos = int(free[0, 4])
+    stop_at = int((free[0] == eos).nonzero()[0])  # first time row 0 emits it (<= 4)
+    s = agents.sample(model, tok, prompts, max_new_tokens=12, temperature=0, eos_token_ids=[eos])
+    row, m = s.completion_ids[0], s.completion_mask[0]
+    assert row[stop_at] == eos
+    assert m[: stop_at + 1].tolist() == [1] * (stop_at + 1)  # up to and including EOS
+    assert not m[stop_at + 1:].any() and (row[stop_at + 1:] == tok.pad_token_id).all()
+    assert s.texts[0] == tok.decode(free[0, :stop_at])  # the text leaves the EOS token out
+
+
+def test_mask_keeps_eos_when_pad_equals_eos(tiny, tiny_model_dir):
+    model, _ = tiny
+    _, tok = agents.load_model(tiny_model_dir, device="cpu")
+    prompts = ragged_prompts(tok)
+    eos = int(greedy_ids(model, tok, prompts, 6)[0, 2])
+    tok.pad_token = tok.convert_ids_to_tokens(eos)  # pad == eos: the classic way to lose the EOS token
+    s = agents.sample(model, tok, prompts, max_new_tokens=10, temperature=0, eos_token_ids=[eos])
+    first = int((s.completion_ids[0] == eos).nonzero()[0])
+    assert s.completion_mask[0].tolist() == [1] * (first + 1) + [0] * (s.completion_ids.shape[1] - first - 1)
+
+
+def test_stop_strings(tiny):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)[:1]
+    free = agents.sample(model, tok, prompts, max_new_tokens=16, temperature=0, eos_token_ids=())
+    full = free.texts[0]
+    # A plain-ASCII string the model writes in the middle of its completion (random byte-level tokens also
+    # decode to U+FFFD pieces, which would make a fragile stop string).
+    stop = next(full[i:i + 2] for i in range(6, len(full) - 1) if full[i:i + 2].isascii() and full[i:i + 2].strip())
+    cut = full.find(stop)
+    s = agents.sample(model, tok, prompts, max_new_tokens=16, temperature=0, eos_token_ids=(), stop=[stop])
+    assert s.texts[0] == full[:cut]  # cut before the stop string
+    n = int(s.completion_mask[0].sum())
+    assert s.completion_ids.shape[1] == n < 16  # the row ended there, not at the token cap
+    assert stop in tok.decode(s.completion_ids[0, :n]) and stop not in tok.decode(s.completion_ids[0, : n - 1])
+    kept = agents.sample(model, tok, prompts, max_new_tokens=16, temperature=0, eos_token_ids=(), stop=[stop],
+                         keep_stop=True)
+    assert kept.texts[0].startswith(full[:cut] + stop)
+
+
+def test_stops_early_when_every_row_is_done(tiny):
+    model, tok = tiny
+    s = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=50,
+                      eos_token_ids=list(range(tok.vocab_size)), seed=0)  # every token ends its row
+    assert s.completion_ids.shape == (6, 1) and bool(s.completion_mask.all())
+    assert s.texts == [""] * 6
+
+
+# -------------------------------------------------------------------------------------- token selection
+
+def test_top_k_1_equals_greedy(tiny):
+    model, tok = tiny
+    greedy = greedy_ids(model, tok, ragged_prompts(tok), 10)
+    topk1 = agents.sample(model, tok, ragged_prompts(tok), max_new_tokens=10, temperature=1.0, top_k=1, seed=0,
+                          eos_token_ids=())
+    assert torch.equal(topk1.completion_ids, greedy)
+
+
+def test_filter_logits_matches_hf_warpers():
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0)) * 3
+    ours = agents.filter_logits(logits, top_k=10, top_p=0.8)
+    ref = TopPLogitsWarper(0.8)(None, TopKLogitsWarper(10)(None, logits.clone()))
+    assert torch.equal(torch.isinf(ours), torch.isinf(ref))
+
+
+def test_sample_token_draws_from_the_softmax():
+    # The exponential race must reproduce p: 40k draws of a 4-way distribution, each frequency within 1%.
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = p.log().expand(40000, 4)
+    draws = agents.sample_token(logits, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=4).float() / 40000
+    assert torch.allclose(freq, p, atol=0.01)
+
+
+# -------------------------------------------------------------------------------------------- interface
+
+@pytest.mark.parametrize("kwargs", [dict(prompts=[]), dict(prompts=[""]), dict(group_size=0),
+                                    dict(max_new_tokens=0), dict(temperature=-1.0), dict(top_p=0.0)])
+def test_bad_input_is_a_clear_error(tiny, kwargs):
+    model, tok = tiny
+    args = dict(prompts=["hello"], group_size=1, max_new_tokens=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError):
+        agents.sample(model, tok, **args)
+
+
+def test_training_mode_is_restored(tiny):
+    model, tok = tiny
+    model.train()
+    try:
+        agents.sample(model, tok, ["hello"], max_new_tokens=2, seed=0)
+        assert model.training and all(m.training for m in model.modules())
+    finally:
+        model.eval()
+
+
+def test_chat_prompt_opens_the_assistant_turn(tiny):
+    _, tok = tiny
+    text = agents.chat_prompt(tok, "SYS", "USER")
+    assert "SYS" in text and "USER" in text and text.endswith("<|im_start|>assistant\n")
+
+
+# ---------------------------------------------------------------------------------------------- real model
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(REAL_MODEL), reason=f"real model absent: {REAL_MODEL}")
+def test_real_model_greedy_equals_hf_generate():
+    model, tok = agents.load_model(REAL_MODEL, device="cpu")
+    users = ["Write a Python function that reverses a string.", "What is a list comprehension?",
+             "Write a function to check whether a number is prime, with a docstring and two examples.", "Hi"]
+    prompts = [agents.chat_prompt(tok, "You are a helpful coding assistant.", u) for u in users]
+    ours = agents.sample(model, tok, prompts, max_new_tokens=48, temperature=0)
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    ref = model.generate(**enc, do_sample=False, max_new_tokens=48)
+    assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
