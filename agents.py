@@ -447,13 +447,15 @@ def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop):
 # message and a user template per role), applied through the tokenizer's chat template by
 # `chat_prompt`. `extract_code` turns a raw completion into a program; `clean_plan` turns a raw
 # Planner completion into an Algorithmic Thought. `run_method` runs one inference method (direct, CoT,
-# SCoT, Planner->Coder, Reflexion-style repair) over a batch of problems, one `sample` call per stage.
+# SCoT, Planner->Coder, Reflexion-style repair, MapCoder) over a batch of problems, one `sample` call
+# per stage.
 # What it is not: training (train.py builds its rollouts from the same prompt functions and `sample`),
-# scoring (evaluate.py runs the hidden tests), or execution (Reflexion alone calls the sandbox, and only
-# on PUBLIC tests).
+# scoring (evaluate.py runs the hidden tests), or execution (Reflexion and MapCoder alone call the
+# sandbox, and only on PUBLIC tests).
 # References: Structured CoT (Li et al. 2023, "Structured Chain-of-Thought Prompting for Code
 # Generation"): I/O structure + sequence / branch / loop; Reflexion (Shinn et al. 2023): retry from
-# verbal feedback on failing visible tests; MBPP prompt wording (Austin et al. 2021): "Your code should
+# verbal feedback on failing visible tests; MapCoder (Islam et al. 2024): retrieval, planning with
+# confidence, coding, debugging on sample tests; MBPP prompt wording (Austin et al. 2021): "Your code should
 # pass these tests". The CoRe-Code paper's own prompts are not available: every prompt below is ours.
 # ===================================================================================================
 
@@ -1089,13 +1091,394 @@ def reflexion(model, tokenizer, problems, n, temperature, max_new_tokens, genera
     return attempts
 
 
+# ---- MapCoder: Retrieval -> Planning -> Coding -> Debugging ----------------------------------------
+# MapCoder (Islam et al. 2024, "MapCoder: Multi-Agent Code Generation for Competitive Problem Solving",
+# ACL 2024) replicates how a human solves a contest problem with four agents: a Retrieval agent recalls
+# k similar problems (each with a plan) and names the algorithm with a short tutorial; a Planning agent
+# writes one plan per recalled exemplar and rates its confidence; the Coding agent codes the most
+# confident plan; a Debugging agent repairs the code from the failing SAMPLE test, up to t rounds, and
+# then the next plan is tried. The paper's prompts are not reused: every prompt below is ours, written
+# in the same labelled-text style as the Planner's (small models follow "Label: ..." lines better than
+# XML). Each agent is a named LoRA adapter on the shared base ("retriever", "planner", "coder",
+# "debugger"); CoRe-Code trains the retriever or the debugger with the Coder frozen (train.py STAGES).
+
+# our choice: k = 3 exemplars and t = 5 debugging rounds, MapCoder's defaults.
+MAPCODER_K = 3
+MAPCODER_T = 5
+
+RETRIEVER_SYSTEM = (
+    "You are the Retrieval agent in a team that solves programming problems. You do not solve the given problem: "
+    "you recall similar problems you know and the algorithm behind them, so that a Planner can learn from them.\n"
+    "Rules: plain English only, short sentences. Keep exactly the labels you are given, in their order."
+)
+
+RETRIEVER_PROMPT = (
+    "{problem}\n\n"
+    "Name the algorithm that solves this problem, explain it briefly, then recall {k} different problems that "
+    "are solved with the same idea, each with the plan that solves it. Answer in exactly this format, "
+    "replacing each <...>:\n"
+    "{format}\n\n"
+    "{code_rule} Stop after Plan {k}."
+)
+
+
+def retriever_stop(k=MAPCODER_K):
+    """Stop strings of the Retrieval agent: the label of exemplar k+1 (the untrained 0.5B kept recalling until the
+    token cap; `parse_retrieval` also keeps only k)."""
+    return [f"\nSimilar problem {k + 1}", f"\nExample {k + 1}"]
+
+# The answer starts with this text (part of the prompt, like PLAN_PREFIX for the Planner).
+RETRIEVAL_PREFIX = "Algorithm:"
+
+
+def retrieval_format(k, exemplar_code=False):
+    """The skeleton of a retrieval answer for k exemplars (shown once in the prompt)."""
+    lines = ["Algorithm: <the name of the algorithm or technique>",
+             "Tutorial: <two to four sentences: how the algorithm works and when to use it>"]
+    for i in range(1, k + 1):
+        lines.append(f"Similar problem {i}: <another problem solved with the same idea, in one sentence>")
+        lines.append(f"Plan {i}: <the numbered steps that solve it>")
+        if exemplar_code:
+            lines.append(f"Code {i}:\n```python\n<a short Python solution>\n```")
+    return "\n".join(lines)
+
+
+def retriever_prompt(tokenizer, problem, k=MAPCODER_K, exemplar_code=False):
+    """Retrieval agent: problem -> algorithm, tutorial and k similar problems with plans. Pre-filled with
+    RETRIEVAL_PREFIX.
+
+    exemplar_code: our choice False (exemplars are problem + plan, no code) because the Planner only reads
+    the exemplars' problems and plans (as in MapCoder's planning prompt) and code would triple the length of
+    the retrieval; `parse_retrieval` still reads "Code i:" blocks when a model writes them.
+    """
+    rule = ("Give each example's code in a ```python block." if exemplar_code else
+            "No code at all: the plans are in words.")
+    user = RETRIEVER_PROMPT.format(problem=problem_text(problem), k=k, format=retrieval_format(k, exemplar_code),
+                                   code_rule=rule)
+    return chat_prompt(tokenizer, RETRIEVER_SYSTEM, user) + RETRIEVAL_PREFIX
+
+
+# A label line of a retrieval answer, decorated or not: "Similar problem 2:", "**Plan 1:** ...", "### Example 1",
+# "2. Problem: ...". A label needs a colon unless it stands alone on its line (a heading), so prose such as
+# "Plan the loop first" is not a label.
+_RETRIEVAL_LABEL = re.compile(
+    r"^\s*(?:#+\s*|>\s*|[-*+]\s+)?(?:\d+[.)]\s*)?[*_]*\s*"
+    r"(?P<label>(?:relevant\s+)?algorithm(?:\s+name)?|tutorial|example(?:\s+problem)?|similar\s+problem|problem|planning|plan|code)"
+    r"(?:\s*#?\s*(?P<num>\d+))?\s*[*_]*\s*(?:(?P<colon>:)[*_]*\s*(?P<rest>.*?)|)\s*$",
+    re.I,
+)
+
+
+def _retrieval_key(label):
+    label = label.lower()
+    if "algorithm" in label:
+        return "algorithm"
+    if label.startswith("plan"):
+        return "plan"
+    if label in ("tutorial", "code"):
+        return label
+    return "problem"  # example, example problem, similar problem, problem
+
+
+def parse_retrieval(text, prefix=RETRIEVAL_PREFIX, k=None):
+    """A Retrieval agent's raw answer -> {"algorithm", "tutorial", "exemplars": [{"problem", "plan", "code"}]}.
+
+    Never raises; every field is a stripped string ("" when missing). Rules (our choice, for small models that
+    drift from the format): the pre-filled `prefix` is put back first; labels may be numbered, bold or headings
+    (`_RETRIEVAL_LABEL`); the algorithm is the first line after its label and further unlabelled lines go to the
+    tutorial; "Similar problem i" (or "Example i", "Problem i") starts an exemplar; "Plan i" / "Code i" go to
+    exemplar i when that one still lacks the field (all problems first, then all plans), else to the current
+    exemplar, appended (small models number the steps of one plan "Plan 1:", "Plan 2:", ...); a fenced block
+    inside an exemplar is its code, elsewhere it is dropped; text before the first label is dropped; exact
+    repeats of an exemplar are dropped. At most `k` exemplars are kept (None = all), in the order written.
+    """
+    if not isinstance(text, str):
+        text = ""
+    text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
+    out = {"algorithm": "", "tutorial": "", "exemplars": []}
+    parts = {"algorithm": [], "tutorial": []}
+    exemplars = []  # dicts of field -> list of lines, plus "num"
+    current = None  # the exemplar being written
+    target = None  # list receiving unlabelled lines
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            body, j = [], i + 1
+            while j < len(lines) and not _FENCE.match(lines[j]):
+                body.append(lines[j])
+                j += 1
+            if current is not None:
+                current["code"].append(textwrap.dedent("\n".join(body)).strip("\n"))
+            i = j + 1
+            continue
+        m = _RETRIEVAL_LABEL.match(line)
+        if m:
+            key = _retrieval_key(m.group("label"))
+            num = int(m.group("num")) if m.group("num") else None
+            rest = m.group("rest") or ""
+            if key in ("algorithm", "tutorial"):
+                target = parts[key]
+                if key == "algorithm":
+                    # The algorithm is a name: its label line; what follows unlabelled is tutorial text.
+                    parts["algorithm"].append(rest)
+                    target = parts["tutorial"]
+                elif rest:
+                    target.append(rest)
+            else:
+                # The exemplar with this number, if it still lacks this field ("Example 1..3" then "Plan 1..3").
+                match = next((e for e in exemplars if num is not None and e["num"] == num and not e[key]), None)
+                if match is not None:
+                    current = match
+                elif key == "problem":
+                    fresh = current is not None and not any(current[f] for f in ("problem", "plan", "code"))
+                    if not fresh:  # a heading "### Example 1" then "Problem: ..." stays one exemplar
+                        current = {"num": num, "problem": [], "plan": [], "code": []}
+                        exemplars.append(current)
+                elif current is None:
+                    current = {"num": num, "problem": [], "plan": [], "code": []}
+                    exemplars.append(current)
+                # Otherwise a plan / code label belongs to the current exemplar, even when numbered otherwise or
+                # repeated: small models number the steps of one plan "Plan 1:", "Plan 2:", ... (seen on the 0.5B).
+                if current["num"] is None:
+                    current["num"] = num
+                target = current[key]
+                if rest:
+                    target.append(rest)
+            i += 1
+            continue
+        if target is not None:
+            target.append(line)
+        i += 1
+    out["algorithm"] = " ".join(" ".join(parts["algorithm"]).split())
+    out["tutorial"] = "\n".join(parts["tutorial"]).strip()
+    seen = set()
+    for e in exemplars:
+        ex = {f: "\n".join(e[f]).strip() for f in ("problem", "plan", "code")}
+        key = tuple(" ".join(v.split()) for v in ex.values())
+        # our choice: an exact repeat (up to whitespace) is dropped, because it would only cost a duplicate plan;
+        # small models often repeat one exemplar until the token cap.
+        if any(ex.values()) and key not in seen:
+            seen.add(key)
+            out["exemplars"].append(ex)
+    if k is not None:
+        out["exemplars"] = out["exemplars"][:k]
+    return out
+
+
+def retrieval_text(retrieval, exemplar=None, max_field_chars=600):
+    """Render a parsed retrieval for the Planner: the exemplars (all, or only index `exemplar`) and the algorithm.
+
+    our choice: each field clipped to `max_field_chars` so a rambling retrieval cannot crowd out the problem.
+    """
+    exemplars = retrieval.get("exemplars") or []
+    if exemplar is not None:
+        exemplars = exemplars[exemplar:exemplar + 1]
+    parts = []
+    for i, ex in enumerate(exemplars, 1):
+        part = f"Similar problem {i}: {_clip(ex.get('problem') or '(not given)', max_field_chars)}\n" \
+               f"Its plan: {_clip(ex.get('plan') or '(not given)', max_field_chars)}"
+        parts.append(part)
+    algorithm, tutorial = retrieval.get("algorithm", ""), retrieval.get("tutorial", "")
+    if algorithm or tutorial:
+        parts.append(f"Relevant algorithm: {_clip(algorithm or '(not named)', 200)}"
+                     + (f"\n{_clip(tutorial, max_field_chars)}" if tutorial else ""))
+    return "\n\n".join(parts) or "(nothing recalled)"
+
+
+# The Planner with a retrieval writes the same Algorithmic Thought (so a trained Planner adapter keeps its
+# format) and then rates its confidence, which orders the plans (MapCoder's confidence generation, folded into
+# the planning answer: our choice, one call instead of two per plan).
+RETRIEVAL_PLANNER_SYSTEM = PLANNER_SYSTEM.replace(
+    "Stop right after the Loops part.",
+    "After the Loops part write one line 'Confidence: N', N from 0 to 100: how sure you are that the plan "
+    "solves the problem. Stop right after it.")
+
+RETRIEVAL_PLANNER_PROMPT = (
+    "{problem}\n\n"
+    "A teammate recalled this (it may be imperfect: use what helps):\n{retrieval}\n\n"
+    "Write the Algorithmic Thought for this problem in exactly this format, replacing each <...>:\n"
+    "{format}\n"
+    "Confidence: <0 to 100>\n\n"
+    "No code. Stop after the Confidence line."
+)
+
+
+def retrieval_planner_prompt(tokenizer, problem, retrieval, exemplar=None):
+    """Planner given a retrieval (MapCoder planning): problem + recalled exemplars/algorithm -> plan + confidence.
+
+    exemplar: None shows every recalled exemplar (train.py's retriever stage: one plan per retrieval, so all of
+    the retrieval counts for its reward); an index shows only that exemplar (the pipeline: one plan per exemplar).
+    """
+    user = RETRIEVAL_PLANNER_PROMPT.format(problem=problem_text(problem), retrieval=retrieval_text(retrieval, exemplar),
+                                           format=PLANNER_FORMAT)
+    return chat_prompt(tokenizer, RETRIEVAL_PLANNER_SYSTEM, user) + PLAN_PREFIX
+
+
+# A confidence line: "Confidence: 85", "**Confidence score**: 0.9", "confidence = 8/10", "Confidence 70%".
+_CONFIDENCE = re.compile(
+    r"^[\s#>*\-]*[*_]*\s*(?:self[- ]rated\s+)?confidence(?:\s+(?:score|level|rating))?\s*[*_]*\s*"
+    r"(?:[:=]|(?=\d))[*_]*\s*(?P<value>.*)$", re.I | re.M)
+_CONFIDENCE_WORDS = {"very high": 90.0, "high": 80.0, "medium": 50.0, "moderate": 50.0, "low": 20.0, "very low": 10.0}
+
+
+def parse_confidence(value):
+    """The text after "Confidence:" -> a number in [0, 100], or None when it is missing or nonsense.
+
+    Accepted (our choice, from what small models write): "85", "85%", "85/100", "8/10", "4 out of 5", "0.85"
+    (a decimal <= 1 is a fraction), and the words very low / low / medium / moderate / high / very high.
+    Anything above 100 after scaling is nonsense -> None.
+    """
+    if not isinstance(value, str):
+        return None
+    s = value.strip().strip("*_ ").lower()
+    m = re.match(r"(\d+(?:\.\d+)?)\s*(?:(%)|/\s*(\d+)|out\s+of\s+(\d+))?", s)
+    if m:
+        x = float(m.group(1))
+        denom = m.group(3) or m.group(4)
+        if denom:
+            x = 100.0 * x / float(denom) if float(denom) > 0 else float("nan")
+        elif not m.group(2) and "." in m.group(1) and x <= 1.0:
+            x *= 100.0
+        return x if 0.0 <= x <= 100.0 else None
+    for word in sorted(_CONFIDENCE_WORDS, key=len, reverse=True):  # "very high" before "high"
+        if s.startswith(word):
+            return _CONFIDENCE_WORDS[word]
+    return None
+
+
+def plan_with_confidence(text, prefix=PLAN_PREFIX):
+    """A Planner completion -> (plan, confidence or None). The plan is `clean_plan` of the text before the first
+    confidence line; without a confidence line it is exactly `clean_plan(text)` (the plain Planner's behaviour)."""
+    if not isinstance(text, str):
+        return "", None
+    m = _CONFIDENCE.search(text)
+    if m is None:
+        return clean_plan(text, prefix), None
+    return clean_plan(text[:m.start()], prefix), parse_confidence(m.group("value"))
+
+
+def rank_plans(plans, unrated=0.0):
+    """[(plan, confidence or None)] -> plans, most confident first; ties keep their retrieval order.
+
+    unrated: our choice 0, the score of a plan without a usable confidence: it goes after every rated plan
+    (a plan that ignores the format is more often a degenerate one) but keeps its order among the unrated.
+    """
+    order = sorted(range(len(plans)), key=lambda i: -(plans[i][1] if plans[i][1] is not None else unrated))
+    return [plans[i][0] for i in order]
+
+
+DEBUGGER_SYSTEM = (
+    "You are the Debugging agent in a team that solves programming problems. A teammate's program fails a "
+    "sample test; you find the mistake and write the corrected program."
+)
+
+DEBUGGER_PROMPT = (
+    "{problem}\n\n"
+    "{plan_part}"
+    "A teammate wrote this program:\n```python\n{code}\n```\n"
+    "It fails a sample test:\n{feedback}\n\n"
+    "First write 'Corrected plan:' and a few numbered steps in plain English that fix the mistake, then the "
+    "corrected complete code. {format}"
+)
+
+
+def debugger_prompt(tokenizer, problem, code, feedback, plan=""):
+    """Debugging agent: problem (+ the plan followed) + failing program + feedback from a PUBLIC test -> program."""
+    plan_part = f"The plan it followed:\n{plan.strip()}\n\n" if plan and plan.strip() else ""
+    user = DEBUGGER_PROMPT.format(problem=problem_text(problem), plan_part=plan_part,
+                                  code=code.rstrip() or "# (no code)", feedback=feedback.strip() or "(no details)",
+                                  format=code_format(problem))
+    return chat_prompt(tokenizer, DEBUGGER_SYSTEM, user)
+
+
+def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, pool,
+             mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T, **_):
+    """MapCoder: n independent runs per problem of Retrieval -> Planning -> Coding -> Debugging.
+
+    1. Retrieval ("retriever"): one answer per run, parsed by `parse_retrieval` (at most k exemplars).
+    2. Planning ("planner"): one plan per recalled exemplar (a single plan from the algorithm alone when none
+       was parsed), ranked by self-rated confidence (`rank_plans`).
+    3. Coding ("coder") the current plan, then the program runs on the PUBLIC tests (`check_public`).
+    4. Debugging ("debugger"): a failing program is repaired from the failing case's feedback, up to t rounds;
+       after t failed rounds the next plan is coded; the run ends when a program passes or the plans run out.
+    Every stage is one `sample` call for all runs still active (coding and debugging runs of one round are two
+    calls, one per role). The last program written is kept whether or not it passes (MapCoder returns it too);
+    Attempt.rounds counts the debugging rounds used over all plans. Hidden tests never enter a prompt.
+    """
+    k, t = mapcoder_k, mapcoder_t
+    # 1. Retrieval: runs are (problem index, parsed retrieval), problem-major, n per problem.
+    with agent("retriever"):
+        raw = _generate(model, tokenizer, [retriever_prompt(tokenizer, p, k) for p in problems], n, temperature,
+                        max_new_tokens, generator, stop=retriever_stop(k))
+    runs = [(i, parse_retrieval(text, k=k)) for i, ts in enumerate(raw) for text in ts]
+    # 2. Planning: one plan per exemplar, all runs in one call.
+    plan_jobs = [(r, e) for r, (_, ret) in enumerate(runs) for e in (list(range(len(ret["exemplars"]))) or [None])]
+    with agent("planner"):
+        texts = _generate(model, tokenizer, [retrieval_planner_prompt(tokenizer, problems[runs[r][0]], runs[r][1], e)
+                                             for r, e in plan_jobs],
+                          1, temperature, plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
+    rated = [[] for _ in runs]
+    for (r, _), ts in zip(plan_jobs, texts):
+        rated[r].append(plan_with_confidence(ts[0]))
+    plans = [rank_plans(ps) for ps in rated]
+    # 3-4. Coding and debugging. Per run: which plan, its program (None = not coded yet), the feedback of its
+    # failing public test, the debugging rounds spent on this plan and in total, and whether it is finished.
+    state = [dict(plan=0, program=None, raw="", feedback="", rounds=0, total=0, done=False) for _ in runs]
+    while True:
+        active = [r for r, s in enumerate(state) if not s["done"]]
+        if not active:
+            break
+        to_code = [r for r in active if state[r]["program"] is None]
+        to_debug = [r for r in active if state[r]["program"] is not None]
+        for role, group in (("coder", to_code), ("debugger", to_debug)):
+            if not group:
+                continue
+            if role == "coder":
+                prompts = [coder_prompt(tokenizer, problems[runs[r][0]], plans[r][state[r]["plan"]]) for r in group]
+            else:
+                prompts = [debugger_prompt(tokenizer, problems[runs[r][0]], state[r]["program"], state[r]["feedback"],
+                                           plans[r][state[r]["plan"]]) for r in group]
+            with agent(role):
+                texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
+            for r, ts in zip(group, texts):
+                p = problems[runs[r][0]]
+                state[r]["program"], state[r]["raw"] = extract_code(ts[0], p.kind, p.entry_point), ts[0]
+                if role == "debugger":
+                    state[r]["rounds"] += 1
+                    state[r]["total"] += 1
+        verdicts = check_public([problems[runs[r][0]] for r in active], [state[r]["program"] for r in active], pool)
+        for r, (ok, fb) in zip(active, verdicts):
+            s = state[r]
+            if ok:
+                s["done"] = True
+            elif s["rounds"] < t:
+                s["feedback"] = fb  # debug this program next round
+            elif s["plan"] + 1 < len(plans[r]):
+                s.update(plan=s["plan"] + 1, rounds=0, feedback="", program=None)
+            else:
+                s["done"] = True
+    out = []
+    for r, s in enumerate(state):
+        # A run that moved to a new plan but has not coded it yet cannot exist here (it is always coded next
+        # round), so `program` is the last program written.
+        out.append(Attempt(s["program"] or "", s["raw"], plans[r][s["plan"]], rounds=s["total"]))
+    return [out[i * n:(i + 1) * n] for i in range(len(problems))]
+
+
 METHODS = {
     "direct": _one_shot(direct_prompt, keep_reasoning=False),
     "cot": _one_shot(cot_prompt, keep_reasoning=True),
     "scot": _one_shot(scot_prompt, keep_reasoning=True),
     "planner-coder": planner_coder,
     "reflexion": reflexion,
+    "mapcoder": mapcoder,
 }
+
+# Methods that run programs on public tests while generating (run_method opens a pool for them when none is given).
+NEEDS_POOL = ("reflexion", "mapcoder")
 
 
 def _rng(model, seed):
@@ -1104,23 +1487,26 @@ def _rng(model, seed):
 
 
 def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
-               seed=0, agent=None, pool=None, repair_rounds=2, batch_size=None):
+               seed=0, agent=None, pool=None, repair_rounds=2, batch_size=None, mapcoder_k=MAPCODER_K,
+               mapcoder_t=MAPCODER_T):
     """Run one inference method on problems: n Attempts per problem, in problem order.
 
     method: a key of METHODS. temperature 0 = greedy (then n > 1 gives n copies). seed: seeds one
     torch.Generator shared by all stages, so a run is reproducible. agent(role) -> context manager that
-    switches the model to that role's LoRA adapter (roles "planner", "coder"), e.g.
-    `lambda role: grpo.use_adapter(model, names[role])`; default: no switching (the base model plays
-    every role). pool: a sandbox.SandboxPool, needed only by "reflexion" (one is opened and closed here
-    when None). batch_size: problems per chunk (None = all at once; each stage is one `sample` call per
-    chunk, so this bounds memory on big benchmarks).
+    switches the model to that role's LoRA adapter (roles "planner", "coder", and for "mapcoder" also
+    "retriever", "debugger"), e.g. `lambda role: grpo.use_adapter(model, names[role])`; default: no
+    switching (the base model plays every role). pool: a sandbox.SandboxPool, needed only by the methods
+    in NEEDS_POOL (one is opened and closed here when None). batch_size: problems per chunk (None = all at
+    once; each stage is one `sample` call per chunk, so this bounds memory on big benchmarks).
+    repair_rounds: Reflexion's rounds. mapcoder_k / mapcoder_t: MapCoder's exemplars recalled and debugging
+    rounds per plan.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     agent = agent or _no_agent
     generator = _rng(model, seed)
     with contextlib.ExitStack() as stack:
-        if method == "reflexion" and pool is None:
+        if method in NEEDS_POOL and pool is None:
             import sandbox
 
             pool = stack.enter_context(sandbox.SandboxPool())
@@ -1130,7 +1516,7 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
             out += METHODS[method](
                 model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
                 max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-                agent=agent, pool=pool, repair_rounds=repair_rounds,
+                agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t,
             )
     return out
 
@@ -1141,13 +1527,27 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
 # token budget it uses ("plan" = --plan-max-new-tokens, "code" = --max-new-tokens). A plain dict, so a
 # new agent (MapCoder's retriever, debugger) is a new row.
 ROLES = {
+    "retriever": dict(
+        # our choice: the code budget, because k exemplars with plans are longer than one plan.
+        prompt=lambda tok, p, ctx: retriever_prompt(tok, p),
+        parse=lambda text, p: {"retrieval": parse_retrieval(text, k=MAPCODER_K)},
+        stop=retriever_stop(MAPCODER_K), budget="code"),
     "planner": dict(
-        prompt=lambda tok, p, ctx: planner_prompt(tok, p),
-        parse=lambda text, p: {"plan": clean_plan(text)},
+        # After a Retriever the Planner plans MapCoder-style from the recalled exemplars and algorithm (all of
+        # them, or only ctx["exemplar"] when set) and rates its confidence; otherwise the plain Planner prompt.
+        prompt=lambda tok, p, ctx: (retrieval_planner_prompt(tok, p, ctx["retrieval"], ctx.get("exemplar"))
+                                    if "retrieval" in ctx else planner_prompt(tok, p)),
+        # Without a confidence line the plan is exactly clean_plan(text) and the confidence None.
+        parse=lambda text, p: dict(zip(("plan", "confidence"), plan_with_confidence(text))),
         stop=list(PLANNER_STOP), budget="plan"),
     "coder": dict(
         # With a plan from an upstream Planner the Coder codes from it, else it codes directly.
         prompt=lambda tok, p, ctx: coder_prompt(tok, p, ctx["plan"]) if "plan" in ctx else direct_prompt(tok, p),
+        parse=lambda text, p: {"program": extract_code(text, p.kind, p.entry_point)},
+        stop=None, budget="code"),
+    "debugger": dict(
+        # ctx["feedback"] is the failing PUBLIC test of ctx["program"] (train.py's needs_public_failure hook).
+        prompt=lambda tok, p, ctx: debugger_prompt(tok, p, ctx["program"], ctx["feedback"], ctx.get("plan", "")),
         parse=lambda text, p: {"program": extract_code(text, p.kind, p.entry_point)},
         stop=None, budget="code"),
 }

@@ -1,13 +1,14 @@
 """Evaluate code-generation methods on a benchmark: problems -> samples -> sandbox verdicts -> metrics.
 
 What it is: a script. It loads one base model (plus optional per-role LoRA adapters), runs one or more
-methods (direct, CoT, SCoT, Planner->Coder, Reflexion, ... as listed in `agents.METHODS`) on the same
+methods (direct, CoT, SCoT, Planner->Coder, Reflexion, MapCoder as listed in `agents.METHODS`) on the same
 problems, executes every sampled program on the problem's hidden tests in the sandbox, and writes
   <out>/args.json        vars(args) of the latest run,
   <out>/settings.json    the settings that decide what is measured (a resumed run must match them),
-  <out>/<method>.jsonl   one line per problem: its n samples with program, verdict, pass rate, CPU ms,
-                         peak MB, and timings; appended chunk by chunk so a killed run loses one chunk,
-  <out>/summary.json     per method: pass@1, pass@5 (n >= 5), apr, cpu_ms, peak_mb, cg (where it
+  <out>/<row>.jsonl      one line per problem: its n samples with program, verdict, pass rate, CPU ms,
+                         peak MB, and timings; appended chunk by chunk so a killed run loses one chunk
+                         (a row is a method, or with --ablate one adapter combination of a method),
+  <out>/summary.json     per row: pass@1, pass@5 (n >= 5), apr, cpu_ms, peak_mb, cg (where it
                          applies), problems, samples, wall_s,
 then prints one aligned comparison table.
 
@@ -22,10 +23,15 @@ Usage:
   python evaluate.py --bench mbpp --method planner-coder --model DIR \
       [--planner-adapter P --coder-adapter C] -n 5 --temperature 0.8 --limit 100 --split test
   python evaluate.py --bench mbpp --method all --model DIR -n 1 --temperature 0   # greedy, every method
+  python evaluate.py --method mapcoder --model DIR [--retriever-adapter R --debugger-adapter D] \
+      [--mapcoder-k 3 --mapcoder-t 5]
+  python evaluate.py --method planner-coder --ablate --planner-adapter P --coder-adapter C --model DIR
+      # rows planner-coder[planner+coder], [planner], [coder], [base]: "w/o Planner RL", "w/o Coder RL", ...
 """
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -40,19 +46,25 @@ import rewards
 from sandbox import Job, SandboxPool
 
 # Roles that can carry a LoRA adapter, each with its `--<role>-adapter DIR` flag.
-# Later agents (retriever, debugger for MapCoder) are added here and get their flag automatically.
-ADAPTER_ROLES = ("planner", "coder")
+# MapCoder's agents (retriever, debugger) are here too; a new agent is one more name.
+ADAPTER_ROLES = ("planner", "coder", "retriever", "debugger")
 
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
-# A plain dict so later methods (e.g. mapcoder) add one line.
-CG_BASELINE = {"planner-coder": "direct"}
+# A plain dict so later methods add one line.
+CG_BASELINE = {"planner-coder": "direct", "mapcoder": "direct"}
+
+# --ablate: the roles whose trained adapters a method's ablation switches on and off. Each combination is its own
+# row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
+# listed keep whatever adapter was given. Ablation rows get no CG: direct coding runs with the given Coder adapter,
+# which is the right baseline only for some of the combinations.
+ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "mapcoder": ("retriever", "debugger")}
 
 # Settings that change what a results file measures. A resumed run must match them exactly; the rest
 # (--limit, --method, --batch-size, --workers, --device, --out) may change between runs.
 # our choice: --batch-size is not in the list although, when sampling, the batch layout shifts the
 # random stream; results stay valid samples of the same distribution, which is what pass@k needs.
 RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature", "max_new_tokens",
-                   "plan_max_new_tokens", "seed", "repair_rounds", "timing_repeats",
+                   "plan_max_new_tokens", "seed", "repair_rounds", "mapcoder_k", "mapcoder_t", "timing_repeats",
                    *(f"{r}_adapter" for r in ADAPTER_ROLES))
 
 
@@ -133,6 +145,45 @@ def summarize(records: dict, n: int) -> dict:
         summary[method]["cg"] = rewards.collaboration_gain(with_helper, without)
         summary[method]["cg_vs"] = baseline
     return summary
+
+
+def ablation_rows(method: str) -> list:
+    """[(row name, roles whose adapter is on)] for --ablate: every on/off combination of ABLATE_ROLES[method],
+    all on first and none last: planner-coder[planner+coder], planner-coder[planner], planner-coder[coder],
+    planner-coder[base]."""
+    roles = ABLATE_ROLES[method]
+    return [(f"{method}[{'+'.join(on) or 'base'}]", set(on))
+            for k in range(len(roles), -1, -1) for on in itertools.combinations(roles, k)]
+
+
+def plan_rows(methods: list, ablate: bool, given: set) -> list:
+    """The result rows of a run: [(row name, method, roles whose adapter is switched off)].
+
+    Without --ablate one row per method, all given adapters on. With it, a method of ABLATE_ROLES whose ablated
+    roles all have an adapter in `given` becomes one row per combination (`ablation_rows`); other methods stay one
+    row. Raises UsageError when --ablate finds nothing to ablate.
+    """
+    rows = []
+    for method in methods:
+        roles = ABLATE_ROLES.get(method, ())
+        if ablate and roles and set(roles) <= given:
+            rows += [(name, method, set(roles) - on) for name, on in ablation_rows(method)]
+        else:
+            rows.append((method, method, set()))
+    if ablate and all(name == method for name, method, _ in rows):
+        need = "; ".join(f"{m}: " + " and ".join(f"--{r}-adapter" for r in roles) for m, roles in ABLATE_ROLES.items())
+        raise UsageError(f"--ablate needs a method with all its ablated adapters given ({need})")
+    return rows
+
+
+def all_row_names() -> list:
+    """Every row name a results dir can hold: each method, followed by its ablation rows."""
+    names = []
+    for method in agents.METHODS:
+        names.append(method)
+        if method in ABLATE_ROLES:
+            names += [name for name, _ in ablation_rows(method)]
+    return names
 
 
 def format_table(summary: dict, n: int) -> str:
@@ -299,6 +350,15 @@ def parse_args(argv=None):
                    help="token cap of each plan; CoT / SCoT get both caps together (default: %(default)s)")
     p.add_argument("--repair-rounds", type=int, default=2,
                    help="feedback rounds of iterative methods, e.g. Reflexion (default: %(default)s)")
+    p.add_argument("--mapcoder-k", type=int, default=agents.MAPCODER_K, metavar="K",
+                   help="mapcoder: similar problems recalled, one plan each (default: %(default)s, as MapCoder)")
+    p.add_argument("--mapcoder-t", type=int, default=agents.MAPCODER_T, metavar="T",
+                   help="mapcoder: debugging rounds per plan on the public tests (default: %(default)s, as MapCoder)")
+    p.add_argument("--ablate", action="store_true",
+                   help="adapter ablation on the same problems: planner-coder (with --planner-adapter and "
+                        "--coder-adapter) runs as four rows planner-coder[planner+coder], [planner] (w/o Coder RL), "
+                        "[coder] (w/o Planner RL), [base]; likewise mapcoder with --retriever-adapter and "
+                        "--debugger-adapter. Works with --method all; ablation rows have no CG")
     p.add_argument("--seed", type=int, default=0,
                    help="base seed; each chunk uses seed + index of its first problem (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=8,
@@ -311,8 +371,10 @@ def parse_args(argv=None):
                    help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir); "
                         "re-running with the same settings resumes it")
     args = p.parse_args(argv)
-    if min(args.n, args.batch_size, args.timing_repeats) < 1:
-        p.error("-n, --batch-size and --timing-repeats must be >= 1")
+    if min(args.n, args.batch_size, args.timing_repeats, args.mapcoder_k) < 1:
+        p.error("-n, --batch-size, --timing-repeats and --mapcoder-k must be >= 1")
+    if args.mapcoder_t < 0:
+        p.error("--mapcoder-t must be >= 0")
     return args
 
 
@@ -332,27 +394,31 @@ def run(args) -> str:
         raise UsageError(f"no problems in {args.bench}/{args.split} (check --split / --data)")
     print(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
 
-    # 2. Adapters exist; results already in the out dir were made with the same settings (resume).
+    # 2. Adapters exist; results already in the out dir were made with the same settings (resume). The rows:
+    # one per method, or one per adapter combination of an ablated method (--ablate).
+    given = set()
     for role in ADAPTER_ROLES:
         if getattr(args, f"{role}_adapter"):
             check_adapter_dir(role, getattr(args, f"{role}_adapter"))
+            given.add(role)
+    rows = plan_rows(methods, args.ablate, given)
     settings_path = os.path.join(out_dir, "settings.json")
     check_settings(settings_path, result_settings(args))
 
-    # 3. What is left to do per method: problems whose line is already in <method>.jsonl are skipped.
+    # 3. What is left to do per row: problems whose line is already in <row>.jsonl are skipped.
     todo = {}
-    for method in methods:
-        done = {r["id"] for r in read_records(os.path.join(out_dir, f"{method}.jsonl"))}
-        todo[method] = [(i, p) for i, p in enumerate(problems) if p.id not in done]
-        if len(todo[method]) < len(problems):
-            print(f"{method}: skipped {len(problems) - len(todo[method])} done problems, {len(todo[method])} to go")
+    for name, _, _ in rows:
+        done = {r["id"] for r in read_records(os.path.join(out_dir, f"{name}.jsonl"))}
+        todo[name] = [(i, p) for i, p in enumerate(problems) if p.id not in done]
+        if len(todo[name]) < len(problems):
+            print(f"{name}: skipped {len(problems) - len(todo[name])} done problems, {len(todo[name])} to go")
 
     # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir
     # before this succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
-    model = tokenizer = agent = None
+    model = tokenizer = None
+    loaded = set()
     if any(todo.values()):
         model, tokenizer = load_model_or_fail(args)
-        loaded = set()
         for role in ADAPTER_ROLES:
             directory = getattr(args, f"{role}_adapter")
             if directory:
@@ -361,7 +427,6 @@ def run(args) -> str:
                 except (FileNotFoundError, ValueError) as e:  # e.g. an adapter trained on another base model
                     raise UsageError(f"--{role}-adapter: {e}") from None
                 loaded.add(role)
-        agent = make_agent(model, loaded)
     os.makedirs(out_dir, exist_ok=True)
     write_settings(settings_path, result_settings(args))
     with open(os.path.join(out_dir, "args.json"), "w") as f:
@@ -373,18 +438,21 @@ def run(args) -> str:
     # 5. Generate + execute, chunk by chunk. Each chunk's lines are appended and flushed at once, so a
     # killed run loses at most the chunk in flight.
     with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
-        for method in methods:
-            path = os.path.join(out_dir, f"{method}.jsonl")
-            bar = tqdm(total=len(problems), initial=len(problems) - len(todo[method]), desc=method, unit="problem")
-            for start in range(0, len(todo[method]), args.batch_size):
-                chunk = todo[method][start:start + args.batch_size]
+        for name, method, off in rows:
+            path = os.path.join(out_dir, f"{name}.jsonl")
+            # The row's adapters: every loaded one except those this ablation row switches off.
+            agent = make_agent(model, loaded - off) if model is not None else None
+            bar = tqdm(total=len(problems), initial=len(problems) - len(todo[name]), desc=name, unit="problem")
+            for start in range(0, len(todo[name]), args.batch_size):
+                chunk = todo[name][start:start + args.batch_size]
                 chunk_problems = [p for _, p in chunk]
                 t0 = time.perf_counter()
                 # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
                 attempts = agents.run_method(
                     method, model, tokenizer, chunk_problems, n=args.n, temperature=args.temperature,
                     max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
-                    seed=args.seed + chunk[0][0], agent=agent, pool=pool, repair_rounds=args.repair_rounds)
+                    seed=args.seed + chunk[0][0], agent=agent, pool=pool, repair_rounds=args.repair_rounds,
+                    mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t)
                 t1 = time.perf_counter()
                 # All programs of the chunk go to the pool at once: it runs them in parallel over workers.
                 jobs = [job for p, atts in zip(chunk_problems, attempts)
@@ -396,7 +464,7 @@ def run(args) -> str:
                     samples = [sample_record(a, r) for a, r in zip(atts, results[k:k + len(atts)])]
                     k += len(atts)
                     lines.append(json.dumps({
-                        "id": p.id, "method": method, "samples": samples,
+                        "id": p.id, "method": name, "samples": samples,
                         "passed": sum(s["verdict"] == "passed" for s in samples),
                         # Per-problem share of the chunk's time (generation is batched across problems).
                         "gen_s": (t1 - t0) / len(chunk), "exec_s": (t2 - t1) / len(chunk),
@@ -408,15 +476,15 @@ def run(args) -> str:
                 bar.update(len(chunk))
             bar.close()
 
-    # 6. Summary over this run's problems (other methods already in the out dir join the table, so a
+    # 6. Summary over this run's problems (other rows already in the out dir join the table, so a
     # planner-coder run next to an earlier direct run still reports CG).
     ids = {p.id for p in problems}
     records = {}
-    for method in agents.METHODS:
-        path = os.path.join(out_dir, f"{method}.jsonl")
+    for name in all_row_names():
+        path = os.path.join(out_dir, f"{name}.jsonl")
         recs = [r for r in read_records(path) if r["id"] in ids]
         if recs:
-            records[method] = recs
+            records[name] = recs
     summary = summarize(records, args.n)
     summary_path = os.path.join(out_dir, "summary.json")
     with open(summary_path, "w") as f:

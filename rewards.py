@@ -5,7 +5,9 @@ What it is: the Planner reward (pass rate of the code the frozen Coder writes fr
 sigmoid-weighted CPU-time bonus), the Coder reward (pass rate, then a space-efficiency bonus relative to
 O_target, the lowest peak memory among the group's all-passing programs), the unbiased pass@k estimator,
 APR (average pass rate), Collaboration Gain, and a toy reward for train.py's sanity-check stage.
-Not yet here: rewards for the MapCoder-style Retrieval and Debugging agents.
+MapCoder's Retrieval and Debugging agents reuse these: a recollection is scored like a thought (planner_rewards
+of the programs the frozen Planner -> Coder write from it), a repair like a program (coder_rewards); train.py's
+STAGES table says which applies.
 
 What it is not: nothing here runs code, loads a model or imports torch; the inputs are plain numbers the
 sandbox measured. GRPO's group normalisation of these rewards lives in grpo.py.

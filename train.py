@@ -2,13 +2,18 @@
 
 What it is: `python train.py --stage planner` trains the Planner's LoRA adapter with GRPO while the Coder is
 frozen; `python train.py --stage coder` then trains the Coder's adapter while the (trained) Planner is frozen.
-Both agents are named LoRA adapters on ONE base model in memory, and the KL reference is that same base with
+The same recipe applied to MapCoder's agents: `--stage retriever` trains the Retrieval agent (scored by the code
+the frozen Planner and Coder write from its recollection), `--stage debugger` trains the Debugging agent on the
+problems whose frozen Coder program fails a public test (scored by the repaired program). All agents are named
+LoRA adapters on ONE base model in memory, and the KL reference is that same base with
 every adapter switched off (grpo.adapters_off), so no second copy of the model ever exists. Rewards come only
 from running the programs in the sandbox (sandbox.py) and scoring the results (rewards.py).
 
 Each step is a numbered sequence of phases, readable top to bottom in `main()`:
     1 sample     the frozen roles before the trained one write their output once per problem, the trained role
-                 samples a group of G outputs, the frozen roles after it write M outputs for each of those
+                 samples a group of G outputs, the frozen roles after it write M outputs for each of those (stage
+                 debugger first keeps only the problems whose upstream program fails a PUBLIC test, with that
+                 test's feedback; a step where none fails is skipped and logged)
     2 execute    every resulting program runs on the problem's hidden tests in the sandbox pool
     3 reward     the stage's reward function scores each of the trained role's G outputs (rewards.py)
     4 advantages group-normalised (grpo.group_advantages)
@@ -21,7 +26,8 @@ Each step is a numbered sequence of phases, readable top to bottom in `main()`:
 The stage differences live in the STAGES table below, not in subclasses or branches over stages.
 
 What it is not: a trainer framework (no Trainer class, callbacks or config system), multi-GPU, or a vLLM
-rollout engine. Sampling uses our own KV-cache sampler (agents.sample), which is exact but not fast.
+rollout engine. Sampling uses our own KV-cache sampler (agents.sample): exact (greedy == HF generate) and a shared
+prefill per group, but no paged attention or continuous batching.
 
 References: DeepSeekMath (GRPO, arXiv:2402.03300); the CoRe-Code method as summarised in ../shared/DESIGN.md;
 nanoGPT / nanochat for the script style.
@@ -47,12 +53,26 @@ import sandbox
 # -----------------------------------------------------------------------------------------------------------------
 # The stages. `chain` is the order in which the roles run on a problem; `train` is the role whose outputs form the
 # GRPO group (its LoRA adapter is the only thing updated); `reward` names the function in REWARDS that scores them.
-# Roles before the trained one run once per problem, roles after it run M (= --downstream-samples) times per output.
+# Roles before the trained one run once per problem; the first role after it runs M (= --downstream-samples) times
+# per output, later roles once per context (so each trained output has exactly M leaves).
 # "toy" is a sanity-check stage: it rewards a target character in the trained role's raw text, with no sandbox, so
 # the tests can prove on a tiny random model that this exact loop learns (see tests/test_learning.py).
+# Optional fields:
+#   needs_public_failure  before the trained role runs, the upstream program (ctx["program"]) runs on the problem's
+#                         PUBLIC tests; only problems where it fails stay in the batch, and the failing case's
+#                         description (sandbox.feedback) goes into ctx["feedback"]. Hidden tests never reach a prompt.
+#   eval_method           the helper method of the held-out evaluation, compared with direct coding for CG
+#                         (default "planner-coder").
+# MapCoder's agents (the seed paper's generality experiment): the Retrieval agent is scored like a thought, by the
+# pass rate and CPU time of the programs the frozen Planner -> Coder write from its recollection (reward "planner");
+# the Debugging agent like a program, by the hidden-test pass rate and memory of its repair (reward "coder").
 STAGES = {
     "planner": dict(chain=("planner", "coder"), train="planner", reward="planner"),
     "coder": dict(chain=("planner", "coder"), train="coder", reward="coder"),
+    "retriever": dict(chain=("retriever", "planner", "coder"), train="retriever", reward="planner",
+                      eval_method="mapcoder"),
+    "debugger": dict(chain=("coder", "debugger"), train="debugger", reward="coder", needs_public_failure=True,
+                     eval_method="mapcoder"),
     "toy": dict(chain=("coder",), train="coder", reward="toy"),
 }
 
@@ -82,7 +102,9 @@ REWARDS = {"planner": reward_planner, "coder": reward_coder, "toy": reward_toy}
 def get_args(argv=None):
     p = argparse.ArgumentParser(
         description="Collaborative GRPO for code generation (CoRe-Code): train the Planner (--stage planner), then "
-                    "the Coder (--stage coder). Each agent is a named LoRA adapter on one shared base model.",
+                    "the Coder (--stage coder); or MapCoder's Retrieval agent (--stage retriever) or Debugging agent "
+                    "(--stage debugger) with the other agents frozen. Each agent is a named LoRA adapter on one "
+                    "shared base model.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # model
     p.add_argument("--stage", choices=sorted(STAGES), required=True, help="which agent to train (see STAGES)")
@@ -95,8 +117,14 @@ def get_args(argv=None):
                    help="PEFT-format adapter dir for the Planner. Stage planner: initialise from it (default: fresh). "
                         "Stage coder: the frozen Planner (default: runs/planner/final/planner; 'none' = base model)")
     p.add_argument("--coder-adapter", default=None,
-                   help="PEFT-format adapter dir for the Coder. Stage planner: the frozen Coder (default: the bare "
-                        "base model). Stage coder: initialise from it (default: fresh)")
+                   help="PEFT-format adapter dir for the Coder. Stage planner / retriever / debugger: the frozen Coder "
+                        "(default: the bare base model). Stage coder: initialise from it (default: fresh)")
+    p.add_argument("--retriever-adapter", default=None,
+                   help="PEFT-format adapter dir for MapCoder's Retrieval agent. Stage retriever: initialise from it "
+                        "(default: fresh); other stages: used by the held-out mapcoder evaluation (default: base)")
+    p.add_argument("--debugger-adapter", default=None,
+                   help="PEFT-format adapter dir for MapCoder's Debugging agent. Stage debugger: initialise from it "
+                        "(default: fresh); other stages: used by the held-out mapcoder evaluation (default: base)")
     # data
     p.add_argument("--bench", default="mbpp", help="training benchmark (a loader in data.py)")
     p.add_argument("--data", default=None, help="dataset path (default: data.py's default / $CORECODE_MBPP)")
@@ -106,7 +134,9 @@ def get_args(argv=None):
     p.add_argument("--eval-limit", type=int, default=20, help="held-out problems evaluated (greedy, pass@1)")
     # GRPO
     p.add_argument("--num-steps", "--max-steps", dest="num_steps", type=int, default=200, help="optimizer steps")
-    p.add_argument("--problems-per-step", type=int, default=4, help="problems (groups) per step")
+    p.add_argument("--problems-per-step", type=int, default=4,
+                   help="problems (groups) per step; stage debugger keeps only those whose Coder program fails a "
+                        "public test (a step with none is skipped and logged as no_group)")
     p.add_argument("--group-size", type=int, default=8, help="G: samples of the trained role per problem")
     p.add_argument("--downstream-samples", type=int, default=1,
                    help="M: outputs of each frozen downstream role per sample (stage planner: programs per thought)")
@@ -125,6 +155,11 @@ def get_args(argv=None):
     p.add_argument("--ppo-epochs", type=int, default=1,
                    help="optimisation passes over each batch; with 1 the ratio is exactly 1 and clipping is inert")
     p.add_argument("--toy-target", default="a", help="stage toy only: the character that is rewarded")
+    p.add_argument("--mapcoder-k", type=int, default=agents.MAPCODER_K,
+                   help="stages retriever / debugger: exemplars recalled in the held-out mapcoder evaluation (the "
+                        "training rollout's Retriever is asked for agents.MAPCODER_K)")
+    p.add_argument("--mapcoder-t", type=int, default=agents.MAPCODER_T,
+                   help="stages retriever / debugger: debugging rounds per plan in the held-out mapcoder evaluation")
     # optimisation
     p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate of the LoRA parameters")
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
@@ -165,7 +200,7 @@ def check_args(args):
         fail("no model: pass --model DIR (e.g. MODEL=$(../shared/models/get-model qwen2.5-coder-0.5b-instruct)) "
              "or set CORECODE_MODEL")
     for name in ("num_steps", "problems_per_step", "group_size", "downstream_samples", "micro_batch", "ppo_epochs",
-                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last"):
+                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last", "mapcoder_k"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.group_size < 2:
@@ -173,6 +208,8 @@ def check_args(args):
     if args.downstream_samples > 1 and args.downstream_temperature == 0:
         fail("--downstream-samples > 1 with --downstream-temperature 0 would repeat one greedy output; "
              "set --downstream-temperature > 0")
+    if args.mapcoder_t < 0:
+        fail(f"--mapcoder-t must be >= 0, got {args.mapcoder_t}")
     if args.temperature <= 0:
         fail("--temperature must be > 0: GRPO needs different samples within a group")
     # Adapters are checked before anything slow happens (bad input loses nothing).
@@ -181,7 +218,7 @@ def check_args(args):
         if not os.path.isdir(args.planner_adapter):
             fail(f"stage coder needs the trained Planner: no adapter at {args.planner_adapter}; run --stage planner "
                  "first, or pass --planner-adapter DIR (or --planner-adapter none for the untrained base Planner)")
-    for name in ("planner", "coder"):
+    for name in ("planner", "coder", "retriever", "debugger"):
         path = getattr(args, f"{name}_adapter")
         if path and path != "none" and not os.path.isfile(os.path.join(path, "adapter_config.json")):
             fail(f"--{name}-adapter {path}: not a PEFT-format adapter dir (no adapter_config.json there)")
@@ -191,20 +228,42 @@ def check_args(args):
 # Rollout: run the stage's chain of roles, expanding rows at the trained role (x G) and after it (x M).
 
 
-def rollout(stage, model, tokenizer, problems, args, generator, agent):
-    """Returns (Samples of the trained role, one row per (problem, g)), and the leaves: a (problem, context) per
-    (problem, g, m), in that order. A context dict holds each role's parsed output ("plan", "program", ...)."""
+def public_failures(probs, ctxs, pool):
+    """Keep the problems whose upstream program (ctx["program"]) fails a PUBLIC test; put the failing case's
+    description into ctx["feedback"]. Returns (problems, contexts) of the kept ones, in order.
+
+    agents.check_public builds the job from problem.public_tests only, so the Debugger can never see a hidden test;
+    a problem without public tests counts as passing (nothing to repair from) and is dropped."""
+    verdicts = agents.check_public(probs, [c.get("program", "") for c in ctxs], pool)
+    kept = [(p, dict(c, feedback=fb)) for p, c, (ok, fb) in zip(probs, ctxs, verdicts) if not ok]
+    return [p for p, _ in kept], [c for _, c in kept]
+
+
+def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None):
+    """Returns (Samples of the trained role, one row per (group, g)), the leaves: a (problem, context) per
+    (group, g, m), in that order, and the groups' problems. A context dict holds each role's parsed output ("plan",
+    "program", ...). A stage with needs_public_failure keeps only the problems whose upstream program fails a public
+    test (`pool` runs them), so there may be fewer groups than problems; with none left it returns (None, [], [], [])."""
     row = STAGES[stage]
     probs, ctxs = list(problems), [{} for _ in problems]
     trained = None
+    downstream = 0  # roles run so far after the trained one
     for role in row["chain"]:
         spec = agents.ROLES[role]
+        if role == row["train"] and row.get("needs_public_failure"):
+            probs, ctxs = public_failures(probs, ctxs, pool)
+            if not probs:
+                return None, [], [], []
         if role == row["train"]:
+            group_probs = list(probs)  # one GRPO group per problem that reaches the trained role
             k, temperature = args.group_size, args.temperature
         elif trained is None:
             k, temperature = 1, args.upstream_temperature
         else:
-            k, temperature = args.downstream_samples, args.downstream_temperature
+            # The M samples are drawn at the first role after the trained one; later roles write one output per
+            # context, so every trained output has exactly M leaves (retriever -> planner (M) -> coder (1)).
+            k, temperature = (args.downstream_samples if downstream == 0 else 1), args.downstream_temperature
+            downstream += 1
         prompts = [spec["prompt"](tokenizer, p, c) for p, c in zip(probs, ctxs)]
         budget = args.plan_max_new_tokens if spec["budget"] == "plan" else args.max_new_tokens
         with agent(role):
@@ -218,7 +277,7 @@ def rollout(stage, model, tokenizer, problems, args, generator, agent):
             c["raw"] = text
         if role == row["train"]:
             trained = s
-    return trained, probs, ctxs
+    return trained, probs, ctxs, group_probs
 
 
 def job_for(problem, program):
@@ -229,19 +288,27 @@ def job_for(problem, program):
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# Held-out evaluation: greedy pass@1 of planner-coder and of direct coding, and their difference (CG).
+# Held-out evaluation: greedy pass@1 of the stage's helper method (planner-coder, or mapcoder for MapCoder's agents)
+# and of direct coding, and their difference (CG).
+
+
+def eval_key(method):
+    """The metrics key of a method's held-out pass@1: eval_pass1_planner_coder, eval_pass1_mapcoder, ..."""
+    return "eval_pass1_" + method.replace("-", "_")
 
 
 def held_out_eval(model, tokenizer, problems, args, agent, pool):
+    helper = STAGES[args.stage].get("eval_method", "planner-coder")
     out = {}
-    for method in ("planner-coder", "direct"):
+    for method in (helper, "direct"):
         attempts = agents.run_method(method, model, tokenizer, problems, n=1, temperature=0.0,
                                      max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
-                                     seed=args.seed, agent=agent, pool=pool)
+                                     seed=args.seed, agent=agent, pool=pool, mapcoder_k=args.mapcoder_k,
+                                     mapcoder_t=args.mapcoder_t)
         results = pool.run([job_for(p, a[0].program) for p, a in zip(problems, attempts)])
         out[method] = sum(r.verdict == "passed" for r in results) / max(1, len(results))
-    return {"eval_pass1_planner_coder": out["planner-coder"], "eval_pass1_direct": out["direct"],
-            "eval_cg": rewards.collaboration_gain(out["planner-coder"], out["direct"])}
+    return {eval_key(helper): out[helper], "eval_pass1_direct": out["direct"],
+            "eval_cg": rewards.collaboration_gain(out[helper], out["direct"])}
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -363,7 +430,7 @@ def train(args, pool):
         print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
               file=sys.stderr)
     targets = tuple(t for t in args.lora_targets.split(",") if t)
-    given = {"planner": args.planner_adapter, "coder": args.coder_adapter}
+    given = {name: getattr(args, f"{name}_adapter") for name in ("planner", "coder", "retriever", "debugger")}
     loaded = set()
     for name, path in given.items():
         if path and path != "none":
@@ -405,6 +472,33 @@ def train(args, pool):
         os.remove(metrics_path)
     base_name = args.model
 
+    helper = row.get("eval_method", "planner-coder")
+
+    def log_and_checkpoint(m):
+        """Phases 7-8 of a step (also of a step skipped for want of a group): held-out eval when due, one metrics
+        line, one progress line, and the checkpoint when due."""
+        done = m["step"]
+        last = done == args.num_steps
+        if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
+            m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool))
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(m) + "\n")
+        evaluated = (f" | eval {helper} {m[eval_key(helper)]:.3f} direct {m['eval_pass1_direct']:.3f} "
+                     f"CG {m['eval_cg']:+.3f}" if "eval_cg" in m else "")
+        if m.get("no_group"):
+            tqdm.write(f"step {done}: no problem of the batch failed its public tests: nothing to train on, "
+                       f"step skipped" + evaluated)
+        else:
+            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}",
+                            zv=f"{m['zero_var_frac']:.2f}", len=f"{m['completion_len']:.0f}")
+            tqdm.write(f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
+                       f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
+                       f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
+                       f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s" + evaluated)
+        # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
+        if done % args.save_every == 0 or last:
+            save_checkpoint(args.out, done, model, role, optimizer, scheduler, generator, args.keep_last, base_name)
+
     G, M = args.group_size, args.downstream_samples
     bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
                dynamic_ncols=True)
@@ -418,8 +512,19 @@ def train(args, pool):
 
         # ---- 1 sample
         t0 = time.time()
-        samples, leaf_probs, leaf_ctxs = rollout(args.stage, model, tokenizer, batch, args, generator, agent)
+        samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, model, tokenizer, batch, args, generator,
+                                                              agent, pool)
         m["t_sample"] = time.time() - t0
+        m["groups"] = len(group_probs)
+        if samples is None:
+            # A needs_public_failure stage whose batch has no failing problem: nothing to train on. our choice: skip
+            # the step (logged, no update) rather than draw more problems, so that the problems of a step stay a
+            # pure function of (step, seed) and a resumed run repeats exactly what the uninterrupted one did.
+            # The LR schedule is not advanced either: it counts updates.
+            m["no_group"] = True
+            m["lr"] = optimizer.param_groups[0]["lr"]
+            log_and_checkpoint(m)
+            continue
 
         # ---- 2 execute (the toy stage has nothing to run)
         t0 = time.time()
@@ -428,9 +533,10 @@ def train(args, pool):
             results = pool.run([job_for(p, c.get("program", "")) for p, c in zip(leaf_probs, leaf_ctxs)])
         m["t_execute"] = time.time() - t0
 
-        # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem
+        # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
+        # reached the trained role (all of the batch, except in needs_public_failure stages)
         reward_list = []
-        for i in range(len(batch)):
+        for i in range(len(group_probs)):
             sl = slice(i * G * M, (i + 1) * G * M)
             texts = samples.texts[i * G:(i + 1) * G]
             reward_list += REWARDS[row["reward"]](results[sl], texts, G, M, args)
@@ -518,25 +624,8 @@ def train(args, pool):
         m["lr"] = optimizer.param_groups[0]["lr"]
         m["t_learn"] = time.time() - t0
 
-        # ---- 7 log
-        done = step + 1
-        last = done == args.num_steps
-        if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
-            m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool))
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(m) + "\n")
-        bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}",
-                        zv=f"{m['zero_var_frac']:.2f}", len=f"{m['completion_len']:.0f}")
-        tqdm.write(f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
-                   f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
-                   f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
-                   f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s"
-                   + (f" | eval planner-coder {m['eval_pass1_planner_coder']:.3f} direct "
-                      f"{m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}" if "eval_cg" in m else ""))
-
-        # ---- 8 checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean)
-        if done % args.save_every == 0 or last:
-            save_checkpoint(args.out, done, model, role, optimizer, scheduler, generator, args.keep_last, base_name)
+        # ---- 7 log, 8 eval/checkpoint
+        log_and_checkpoint(m)
 
     # The final adapter, where `--stage coder` and evaluate.py look for it.
     final = os.path.join(args.out, "final")
