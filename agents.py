@@ -1030,14 +1030,23 @@ def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, pl
     return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
-def public_job(problem, program):
-    """A sandbox Job that runs `program` on the problem's PUBLIC tests only."""
-    import sandbox  # lazy: only Reflexion executes code; sandbox.py does not import torch
+def problem_job(problem, program, cases, repeat=1):
+    """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
+
+    The one place a data.Problem becomes a sandbox.Job: Reflexion / MapCoder (public tests), train.py and
+    evaluate.py (hidden tests) all build their jobs here. repeat: reruns of a passing program (sandbox.Job).
+    """
+    import sandbox  # lazy: sampling never executes code; sandbox.py does not import torch
 
     return sandbox.Job(
-        program=program, kind=problem.kind, cases=list(problem.public_tests), setup=problem.setup,
-        fn_name=problem.entry_point, time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb,
+        program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
+        time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
     )
+
+
+def public_job(problem, program):
+    """A sandbox Job that runs `program` on the problem's PUBLIC tests only."""
+    return problem_job(problem, program, problem.public_tests)
 
 
 def check_public(problems, programs, pool):

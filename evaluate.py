@@ -43,7 +43,7 @@ import agents
 import data
 import grpo
 import rewards
-from sandbox import Job, SandboxPool
+from sandbox import SandboxPool
 
 # Roles that can carry a LoRA adapter, each with its `--<role>-adapter DIR` flag.
 # MapCoder's agents (retriever, debugger) are here too; a new agent is one more name.
@@ -307,9 +307,7 @@ def build_jobs(problem, attempts, repeat=1) -> list:
     repeat: reruns of a passing program (the sandbox keeps the min CPU time and the median peak memory).
     our choice: 1 by default because pass@k and APR do not need it; raise it when comparing cpu_ms.
     """
-    return [Job(program=a.program, kind=problem.kind, cases=problem.hidden_tests, setup=problem.setup,
-                fn_name=problem.entry_point, time_limit_s=problem.time_limit_s,
-                memory_limit_mb=problem.memory_limit_mb, repeat=repeat) for a in attempts]
+    return [agents.problem_job(problem, a.program, problem.hidden_tests, repeat=repeat) for a in attempts]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -280,13 +280,6 @@ def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None
     return trained, probs, ctxs, group_probs
 
 
-def job_for(problem, program):
-    """The sandbox job that scores `program` on the problem's hidden tests."""
-    return sandbox.Job(program=program, kind=problem.kind, cases=problem.hidden_tests, setup=problem.setup,
-                       fn_name=problem.entry_point, time_limit_s=problem.time_limit_s,
-                       memory_limit_mb=problem.memory_limit_mb)
-
-
 # -----------------------------------------------------------------------------------------------------------------
 # Held-out evaluation: greedy pass@1 of the stage's helper method (planner-coder, or mapcoder for MapCoder's agents)
 # and of direct coding, and their difference (CG).
@@ -305,7 +298,7 @@ def held_out_eval(model, tokenizer, problems, args, agent, pool):
                                      max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
                                      seed=args.seed, agent=agent, pool=pool, mapcoder_k=args.mapcoder_k,
                                      mapcoder_t=args.mapcoder_t)
-        results = pool.run([job_for(p, a[0].program) for p, a in zip(problems, attempts)])
+        results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests) for p, a in zip(problems, attempts)])
         out[method] = sum(r.verdict == "passed" for r in results) / max(1, len(results))
     return {eval_key(helper): out[helper], "eval_pass1_direct": out["direct"],
             "eval_cg": rewards.collaboration_gain(out[helper], out["direct"])}
@@ -530,7 +523,8 @@ def train(args, pool):
         t0 = time.time()
         results = [None] * len(leaf_ctxs)
         if row["reward"] != "toy":
-            results = pool.run([job_for(p, c.get("program", "")) for p, c in zip(leaf_probs, leaf_ctxs)])
+            results = pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests)
+                                for p, c in zip(leaf_probs, leaf_ctxs)])
         m["t_execute"] = time.time() - t0
 
         # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
