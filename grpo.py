@@ -402,8 +402,9 @@ def _checkpointed_forward(self, *args, **kwargs):
         return inner(*args, **kwargs)
     # A KV cache would be written twice (forward, then the recompute in backward): a training forward has no use
     # for one, so drop it as HF's own checkpointing does. Both names: transformers 5 renamed past_key_values.
+    # Our own pure caches (token_logprobs' shared-prompt pass) never append, so they may stay.
     for key in ("cache", "past_key_values"):
-        if kwargs.get(key) is not None:
+        if kwargs.get(key) is not None and not getattr(kwargs[key], "_corecode_pure", False):
             kwargs[key] = None
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
@@ -502,7 +503,41 @@ class _ChunkedHeadLogprob(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None
 
 
-def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=128):
+class _PromptKV:
+    """What the attention layers see as their `cache` in a shared-prompt pass (duck-typed: they only call update).
+
+    Pure: update() never appends to stored state, so the recompute of a checkpointed layer in backward sees exactly
+    what the forward saw (HF's DynamicCache appends, which is why checkpointing normally drops the cache).
+    - capture mode (prefix=None): the prompt pass. Records each layer's rotated keys and values, returns them as is.
+    - prefix mode: the completion pass. Returns [prompt K/V of this row's prompt ; the completion's own K/V] along
+      the sequence axis; `rows` (B,) maps each completion row to its prompt. Gradients flow back through the index
+      and the concatenation into the prompt pass, summed over the rows that share a prompt.
+    """
+    _corecode_pure = True  # _checkpointed_forward keeps caches that carry this mark
+
+    def __init__(self, prefix=None, rows=None):
+        self.kv = {} if prefix is None else prefix  # layer_idx -> (K, V), each (n, kv_heads, P, d)
+        self.rows = rows
+        self.capture = prefix is None
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.capture:
+            self.kv[layer_idx] = (key_states, value_states)
+            return key_states, value_states
+        pk, pv = self.kv[layer_idx]  # (n, h, P, d)
+        return (torch.cat([pk[self.rows], key_states], dim=2),  # (B, h, P+T, d)
+                torch.cat([pv[self.rows], value_states], dim=2))
+
+
+def _shares_prompts(model):
+    """Whether the shared-prompt path applies: SDPA attention and full-attention layers only (as the sampler's
+    prepared 4D masks, see agents._decode_mask); other kernels want other mask formats and take the plain path."""
+    config = model.config
+    types_ = getattr(config, "layer_types", None) or ["full_attention"]
+    return getattr(config, "_attn_implementation", None) == "sdpa" and all(t == "full_attention" for t in types_)
+
+
+def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, share_prompts=True):
     """log p(token) of every completion token given everything before it: (B, T) with T = L - completion_start.
 
     input_ids (B, L) = left-padded prompts (P = completion_start columns) + right-padded completions;
@@ -510,10 +545,20 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=128
     counts them, so left padding does not shift a prompt. Completion positions whose attention_mask is 0 (padding)
     are not scored and hold 0.
 
-    Memory: the decoder body runs once (checkpointed per layer when enabled and training); then the output layer +
-    log-softmax run on at most `chunk` positions per row at a time (B * chunk rows), and only over real completion
-    tokens. chunk=128: our choice, because on the 0.5B model (152k vocabulary) 128-token chunks took a LoRA
-    forward+backward over 8 x 512 tokens from 15.5 GB to 9.4 GB with the same gradient (DESIGN.md).
+    Compute: columns that are padding in every row (left of the longest prompt, right of the longest completion)
+    are cut first. With share_prompts (default) rows whose prompts are identical -- a GRPO group, G rows per prompt
+    -- run their prompt through the decoder ONCE: a prompt pass over the n distinct prompts records every layer's
+    keys and values, then a completion pass over the B rows attends to them (see `_PromptKV`). Same numbers as
+    running the B full rows (up to float rounding), with prompt compute and activations cut by G: a planner group
+    (G=8, ~250-token prompt, <=256-token plan) runs ~40% fewer token-layers. Models whose attention needs other mask
+    formats (eager, flash-attention, sliding windows) take the plain path over (B, L).
+
+    Memory: the decoder body runs checkpointed per layer when enabled and training; then the output layer +
+    log-softmax run on at most `chunk` completion tokens at a time (one (chunk, V) float32 buffer), and only over
+    real completion tokens. chunk=256: our choice: on the 0.5B model (152k vocabulary) that buffer is 156 MB
+    whatever the batch, where full float32 logits of 8 x 512 tokens are 2.5 GB per copy; chunks of 1024 tokens
+    took a LoRA forward+backward over 8 x 512 tokens from 15.5 GB to 9.4 GB with the same gradient (DESIGN.md),
+    and 256-token chunks still keep the output-layer matmuls large enough to run at full speed.
     Assumes logits = lm_head(hidden) (no soft-capping or temperature; Qwen2/Llama have none) and a plain
     nn.Linear output layer.
     """
@@ -521,19 +566,56 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=128
     P = int(completion_start)
     if not 1 <= P <= L:
         raise ValueError(f"completion_start must be in [1, {L}] for input of length {L}, got {completion_start}")
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
-    body = model.base_model
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                  use_cache=False).last_hidden_state  # (B, L, H)
-    # The state at position j predicts token j + 1: completion token t is scored by position P + t - 1.
-    h = hidden[:, P - 1:L - 1]  # (B, T, H)
-    valid = attention_mask[:, P:].bool()  # (B, T)
     head = model.get_output_embeddings()
     if not isinstance(head, nn.Linear):
         raise ValueError(f"token_logprobs needs a plain nn.Linear output layer, got {type(head).__name__}")
-    lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, input_ids[:, P:][valid], max(1, chunk * B))  # (N,)
-    # Scatter back to (B, T); masked_scatter keeps the result connected to the graph even when N == 0.
-    return lp.new_zeros(B, L - P).masked_scatter(valid, lp)  # (B, T)
+    T_out = L - P
+    valid_out = attention_mask[:, P:].bool()  # (B, T_out)
+    # Cut all-padding columns: leading prompt pads shared by every row, trailing completion pads. Positions come
+    # from the mask, so nothing else changes. At least one prompt column stays (it scores the first token).
+    real = attention_mask.bool().any(0)  # (L,)
+    first = min(int(real[:P].long().argmax()) if bool(real[:P].any()) else P - 1, P - 1)
+    last = P + (int(real[P:].nonzero().max()) + 1 if bool(real[P:].any()) else 0)
+    ids, am = input_ids[:, first:last], attention_mask[:, first:last]  # (B, L')
+    P = P - first
+    T = ids.shape[1] - P
+    body = model.base_model
+    prompt_key = torch.where(am[:, :P].bool(), ids[:, :P], -1)  # (B, P): equal rows = equal prompts
+    distinct, rows = torch.unique(prompt_key, dim=0, return_inverse=True)  # (n, P), (B,)
+    n = distinct.shape[0]
+    if share_prompts and n < B and T > 0 and _shares_prompts(model):
+        # Prompt pass: the n distinct prompts, one row each (the first row that has it).
+        first_row = torch.full((n,), B, dtype=torch.long, device=ids.device).scatter_reduce(
+            0, rows, torch.arange(B, device=ids.device), reduce="amin")  # (n,)
+        p_ids, p_am = ids[first_row, :P], am[first_row, :P].bool()  # (n, P)
+        p_pos = (p_am.long().cumsum(-1) - 1).clamp(min=0)  # (n, P)
+        causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()  # (P, P)
+        # Query i sees real keys j <= i. A left-pad query would see none (a fully masked row: NaN in some SDPA
+        # kernels, also in backward), so pads see themselves; their outputs are never read.
+        p_mask = (causal & p_am[:, None, :]) | torch.eye(P, dtype=torch.bool, device=ids.device)  # (n, P, P)
+        capture = _PromptKV()
+        p_hidden = body(input_ids=p_ids, attention_mask={"full_attention": p_mask[:, None]}, position_ids=p_pos,
+                        cache=capture, use_cache=False).last_hidden_state  # (n, P, H)
+        # Completion pass: B rows attend to [their prompt's real tokens ; completion tokens up to themselves].
+        c_ids = ids[:, P:]  # (B, T)
+        c_pos = p_am.long().sum(-1)[rows][:, None] + torch.arange(T, device=ids.device)  # (B, T)
+        c_mask = torch.cat([p_am[rows][:, None, :].expand(B, T, P),
+                            torch.ones(T, T, dtype=torch.bool, device=ids.device).tril().expand(B, T, T)],
+                           dim=2)  # (B, T, P+T)
+        c_hidden = body(input_ids=c_ids, attention_mask={"full_attention": c_mask[:, None]}, position_ids=c_pos,
+                        cache=_PromptKV(dict(capture.kv), rows), use_cache=False).last_hidden_state  # (B, T, H)
+        # The last prompt position scores completion token 0; completion position t scores token t + 1.
+        h = torch.cat([p_hidden[:, -1][rows][:, None], c_hidden[:, :-1]], dim=1)  # (B, T, H)
+    else:
+        position_ids = (am.long().cumsum(-1) - 1).clamp(min=0)  # (B, L')
+        hidden = body(input_ids=ids, attention_mask=am, position_ids=position_ids,
+                      use_cache=False).last_hidden_state  # (B, L', H)
+        # The state at position j predicts token j + 1: completion token t is scored by position P + t - 1.
+        h = hidden[:, P - 1:P + T - 1]  # (B, T, H)
+    valid = valid_out[:, :T]  # (B, T)
+    lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, ids[:, P:][valid], max(1, int(chunk)))  # (N,)
+    # Scatter back to (B, T_out); masked_scatter keeps the result connected to the graph even when N == 0.
+    return lp.new_zeros(B, T_out).masked_scatter(valid_out, lp)  # (B, T_out)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -166,7 +166,8 @@ def get_args(argv=None):
     p.add_argument("--warmup-steps", type=int, default=10, help="linear warm-up steps, then constant")
     p.add_argument("--grad-clip", type=float, default=1.0, help="max global grad norm")
     p.add_argument("--micro-batch", type=int, default=8, help="completions per forward/backward")
-    p.add_argument("--logprob-chunk", type=int, default=128, help="positions per output-layer chunk")
+    p.add_argument("--logprob-chunk", type=int, default=256,
+                   help="completion tokens per output-layer chunk (memory: one chunk x vocab float32 buffer)")
     p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
                    help="gradient checkpointing of the decoder layers")
     # LoRA

@@ -202,6 +202,88 @@ def test_token_logprobs_gradients_equal_naive(model):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
+def grouped_batch(G=3, pad_id=0, eos_id=2, extra_left=2, extra_right=3):
+    """A GRPO layout: prompts of lengths 3, 7, 5, each repeated for G completions of ragged lengths (1..6, EOS at the
+    end), left-padded prompts and right-padded completions, plus `extra_left` / `extra_right` columns that are padding
+    in every row (as in a micro-batch cut from a larger batch)."""
+    g = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(3, 300, (n,), generator=g) for n in (3, 7, 5)]
+    B = len(prompts) * G
+    lengths = torch.randint(1, 7, (B,), generator=g).tolist()
+    completions = [torch.cat([torch.randint(3, 300, (n - 1,), generator=g), torch.tensor([eos_id])]) for n in lengths]
+    P, T = max(map(len, prompts)) + extra_left, max(lengths) + extra_right
+    ids = torch.full((B, P + T), pad_id)
+    am = torch.zeros(B, P + T, dtype=torch.long)
+    for i, c in enumerate(completions):
+        p = prompts[i // G]
+        ids[i, P - len(p):P], am[i, P - len(p):P] = p, 1
+        ids[i, P:P + len(c)], am[i, P:P + len(c)] = c, 1
+    return ids, am, P, am[:, P:]
+
+
+def body_calls(model):
+    """Record the (batch, length) of every decoder-body forward (to see which path token_logprobs took)."""
+    calls = []
+    inner = model.base_model.forward
+
+    def spy(*a, **k):
+        calls.append(tuple(k["input_ids"].shape))
+        return inner(*a, **k)
+    model.base_model.forward = spy
+    return calls
+
+
+def test_shared_prompt_logprobs_equal_naive_full_logits(model):
+    ids, am, P, cmask = grouped_batch()
+    calls = body_calls(model)
+    with torch.no_grad():
+        ours = grpo.token_logprobs(model, ids, am, P, chunk=2)
+    del model.base_model.forward
+    naive = naive_logprobs(model, ids, am, P)
+    # Two passes: the 3 distinct prompts (trimmed to the longest, 7) once, then 9 completion rows (trimmed to <= 6).
+    assert calls[0] == (3, 7) and calls[1][0] == 9 and calls[1][1] <= 6 and len(calls) == 2
+    m = cmask.bool()
+    assert ours.shape == cmask.shape and (ours[~m] == 0).all()
+    assert torch.allclose(ours[m], naive.detach()[m], atol=1e-5)
+
+
+def test_shared_prompt_gradients_equal_naive_with_checkpointing(model):
+    grpo.add_lora(model, "coder", r=4, alpha=8)
+    with torch.no_grad():
+        for p in grpo.lora_parameters(model, "coder"):
+            p.normal_(std=0.05)
+    ids, am, P, cmask = grouped_batch()
+    weights = torch.randn(cmask.shape, generator=torch.Generator().manual_seed(9)) * cmask  # (B, T)
+    model.train()
+
+    def grads(fn):
+        for p in model.parameters():
+            p.grad = None
+        (fn() * weights).sum().backward()
+        return [p.grad.clone() for p in grpo.lora_parameters(model, "coder")]
+
+    expected = grads(lambda: naive_logprobs(model, ids, am, P))
+    grpo.enable_checkpointing(model)
+    calls = body_calls(model)
+    ours = grads(lambda: grpo.token_logprobs(model, ids, am, P, chunk=2))
+    assert calls[0][0] == 3 and calls[1][0] == 9        # the shared path ran, under checkpointing
+    assert all(g.abs().sum() > 0 for g in ours)
+    for a, b in zip(ours, expected):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_eager_attention_takes_the_plain_path_with_equal_results(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager")
+    ids, am, P, cmask = grouped_batch()
+    calls = body_calls(model)
+    with torch.no_grad():
+        ours = grpo.token_logprobs(model, ids, am, P)
+    del model.base_model.forward
+    assert len(calls) == 1 and calls[0][0] == 9
+    m = cmask.bool()
+    assert torch.allclose(ours[m], naive_logprobs(model, ids, am, P)[m], atol=1e-5)
+
+
 def test_chunked_head_gradients_equal_autograd_with_bias_and_trainable_head():
     # The hand-written backward against autograd through the full logits: hidden, weight and bias, uneven chunks.
     g = torch.Generator().manual_seed(7)

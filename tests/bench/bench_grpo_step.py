@@ -12,6 +12,9 @@ model is set by from_pretrained, before any step, so it mostly compares imports 
 allocated device memory during the steps. RESULT's peak_mem_vs_trl is the step peak (weights included: the same
 fp32 model is resident in both, so this ratio cannot go far below 1 when the batch is small); step_extra_mem_vs_trl
 compares what the steps add above the memory at setup; maxrss_vs_trl compares ru_maxrss.
+Where the time goes on our side: grpo.token_logprobs runs each group's shared prompt through the decoder once (TRL
+runs it G times) and never builds (B, T, V) logits; at the default shape that is most of the difference. A small
+shape (`--group-size 4 --prompt-len 32 --completion-len 64`) leaves less to share and shows a smaller ratio.
 
 What it is not: a measure of sampling speed, or of training quality. `--baselines peft_hf` adds a third column: a
 straightforward PEFT + HF step (full logits, PEFT LoRA, HF gradient_checkpointing_enable), the fallback when TRL
@@ -20,7 +23,7 @@ cannot be used.
 Needs TRL, which is not a project dependency; install it without touching torch:
        echo torch==2.13.0 > /tmp/c.txt && .venv/bin/pip install trl -c /tmp/c.txt      (TRL 1.16 was measured)
 Without TRL the PEFT + HF baseline stands in, and RESULT says baseline=peft_hf.
-Run:   .venv/bin/python tests/bench/bench_grpo_step.py --threads 1   (tiny + 0.5B if present, CPU)
+Run:   .venv/bin/python tests/bench/bench_grpo_step.py --threads 1   (tiny + 0.5B if present, CPU; ~15 min)
 Ends with: RESULT step_time_vs_trl=<ours/trl> peak_mem_vs_trl=<ours/trl> ...   (the largest model measured)
 """
 import argparse
@@ -45,11 +48,13 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--models", nargs="*", default=None, help="model dirs; default: tiny + the 0.5B when present")
 parser.add_argument("--baselines", default="trl", help="comma list from: trl, peft_hf")
 parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-# batch shape (B = prompts x group size)
+# batch shape (B = prompts x group size). Defaults: one micro-batch of train.py (--group-size 8, --micro-batch 8 =
+# one group), with prompts as long as completions as in the planner stage (MBPP planner prompts are ~300 tokens,
+# plans <= 256), scaled down to 128 + 128 so that the 0.5B step runs in minutes on 2 CPU cores.
 parser.add_argument("--prompts", type=int, default=1)
-parser.add_argument("--group-size", type=int, default=4)
-parser.add_argument("--prompt-len", type=int, default=32)
-parser.add_argument("--completion-len", type=int, default=64)
+parser.add_argument("--group-size", type=int, default=8)
+parser.add_argument("--prompt-len", type=int, default=128)
+parser.add_argument("--completion-len", type=int, default=128)
 # method
 parser.add_argument("--rank", type=int, default=16)
 parser.add_argument("--beta", type=float, default=0.04)
