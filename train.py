@@ -201,7 +201,7 @@ def check_args(args):
         fail("no model: pass --model DIR (e.g. MODEL=$(../shared/models/get-model qwen2.5-coder-0.5b-instruct)) "
              "or set CORECODE_MODEL")
     for name in ("num_steps", "problems_per_step", "group_size", "downstream_samples", "micro_batch", "ppo_epochs",
-                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last", "mapcoder_k"):
+                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last", "mapcoder_k", "logprob_chunk"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.group_size < 2:
