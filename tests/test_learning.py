@@ -48,3 +48,16 @@ def test_kl_starts_at_zero_then_grows(toy_metrics):
 def test_no_step_skipped_and_grad_norm_logged(toy_metrics):
     assert not any(m.get("skipped") for m in toy_metrics)
     assert all(m["grad_norm"] > 0 for m in toy_metrics)
+
+
+def test_bfloat16_weights_train_with_float32_adapters(learnable_model_dir, tmp_path):
+    # The dtype train.py uses on CUDA (bf16 base, float32 LoRA), run here on CPU: every step finite and applied,
+    # KL starting at zero, and the adapter saved in float32.
+    from safetensors.torch import load_file
+
+    metrics = run_toy(learnable_model_dir, tmp_path, steps=4, extra=("--dtype", "bfloat16"))
+    assert len(metrics) == 4 and not any(m.get("skipped") for m in metrics)
+    assert all(m["grad_norm"] > 0 and m["grad_norm"] == m["grad_norm"] for m in metrics)
+    assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    tensors = load_file(os.path.join(tmp_path, "final", "coder", "adapter_model.safetensors"))
+    assert tensors and all(str(t.dtype) == "torch.float32" for t in tensors.values())
