@@ -240,8 +240,10 @@ def test_shared_prompt_logprobs_equal_naive_full_logits(model):
         ours = grpo.token_logprobs(model, ids, am, P, chunk=2)
     del model.base_model.forward
     naive = naive_logprobs(model, ids, am, P)
-    # Two passes: the 3 distinct prompts (trimmed to the longest, 7) once, then 9 completion rows (trimmed to <= 6).
-    assert calls[0] == (3, 7) and calls[1][0] == 9 and calls[1][1] <= 6 and len(calls) == 2
+    # The 3 distinct prompts (trimmed to the longest, 7) once, then the 9 completion rows (trimmed to <= 6), in at
+    # most two length buckets.
+    assert calls[0] == (3, 7) and sum(c[0] for c in calls[1:]) == 9 and all(c[1] <= 6 for c in calls[1:])
+    assert len(calls) == 3      # this batch: 7 short completions and 2 long ones
     m = cmask.bool()
     assert ours.shape == cmask.shape and (ours[~m] == 0).all()
     assert torch.allclose(ours[m], naive.detach()[m], atol=1e-5)
@@ -266,10 +268,19 @@ def test_shared_prompt_gradients_equal_naive_with_checkpointing(model):
     grpo.enable_checkpointing(model)
     calls = body_calls(model)
     ours = grads(lambda: grpo.token_logprobs(model, ids, am, P, chunk=2))
-    assert calls[0][0] == 3 and calls[1][0] == 9        # the shared path ran, under checkpointing
+    assert calls[0][0] == 3 and sum(c[0] for c in calls[1:]) == 9      # the shared path ran, under checkpointing
     assert all(g.abs().sum() > 0 for g in ours)
     for a, b in zip(ours, expected):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_length_buckets_split_only_when_it_saves_padding():
+    one = grpo._length_buckets(torch.tensor([5, 5, 5, 5]))
+    assert len(one) == 1 and sorted(one[0].tolist()) == [0, 1, 2, 3]
+    two = grpo._length_buckets(torch.tensor([100, 3, 90, 4, 2, 95]))
+    assert [sorted(b.tolist()) for b in two] == [[1, 3, 4], [0, 2, 5]]
+    assert len(grpo._length_buckets(torch.tensor([10, 9, 10, 10]))) == 1      # saves < 15%: not worth a forward
+    assert len(grpo._length_buckets(torch.tensor([7]))) == 1
 
 
 def test_eager_attention_takes_the_plain_path_with_equal_results(tiny_model_dir):
