@@ -571,7 +571,8 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
     keys and values, then a completion pass over the B rows attends to them (see `_PromptKV`). Same numbers as
     running the B full rows (up to float rounding), with prompt compute and activations cut by G: a planner group
     (G=8, ~250-token prompt, <=256-token plan) runs ~40% fewer token-layers. Models whose attention needs other mask
-    formats (eager, flash-attention, sliding windows) take the plain path over (B, L).
+    formats (eager, flash-attention, sliding windows) take the plain path over (B, L). The completion pass runs in
+    at most two length buckets (`_length_buckets`), so short completions are not padded to the longest one.
 
     Memory: the decoder body runs checkpointed per layer when enabled and training; then the output layer +
     log-softmax run on at most `chunk` completion tokens at a time (one (chunk, V) float32 buffer), and only over
