@@ -136,4 +136,14 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path)
     def strip(ms):
         return [{k: v for k, v in m.items() if k not in TIMING} for m in ms]
 
-    assert strip(read_metrics(killed)) == strip(read_metrics(full))
+    # Equal up to float32 rounding: the runs are different processes, and CPU matmul kernels may pick code paths by
+    # memory alignment, which moves the last bits of a sum (seen: KL 0.022808235 vs 0.022808239 at step 4). What a
+    # broken resume changes (sampled tokens, rewards, optimizer or RNG state) moves these by far more than 1e-5.
+    got, want = strip(read_metrics(killed)), strip(read_metrics(full))
+    assert [sorted(m) for m in got] == [sorted(m) for m in want]
+    for g, w in zip(got, want):
+        for k in w:
+            if isinstance(w[k], float):
+                assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-9), (g["step"], k)
+            else:
+                assert g[k] == w[k], (g["step"], k)
