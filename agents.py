@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+import grpo
+
 # ----------------------------------------------------------------------------------------------------
 # Loading
 
@@ -298,13 +300,7 @@ def _decode_mask(model, prompt_mask, max_new_tokens):
     """
     B = prompt_mask.shape[0]
     mask2d = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)  # (B, P+N)
-    import transformers
-
-    config = model.config
-    full_attention_only = all(t == "full_attention" for t in getattr(config, "layer_types", None) or ["full_attention"])
-    # transformers 4.x read a custom 4D mask differently per model; the pass-through is a v5 contract.
-    v5 = int(transformers.__version__.split(".")[0]) >= 5
-    if v5 and getattr(config, "_attn_implementation", None) == "sdpa" and full_attention_only:
+    if grpo.prepared_mask_ok(model):
         return mask2d.bool()[:, None, None, :]  # (B, 1, 1, P+N)
     return mask2d
 

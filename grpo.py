@@ -529,12 +529,18 @@ class _PromptKV:
                 torch.cat([pv[self.rows], value_states], dim=2))
 
 
-def _shares_prompts(model):
-    """Whether the shared-prompt path applies: SDPA attention and full-attention layers only (as the sampler's
-    prepared 4D masks, see agents._decode_mask); other kernels want other mask formats and take the plain path."""
+def prepared_mask_ok(model):
+    """True when the model takes a prepared 4D boolean attention mask as is: transformers >= 5 (4.x read custom 4D
+    masks differently per model), SDPA attention, and full-attention layers only. Eager attention wants an additive
+    float mask, flash-attention the 2D mask, sliding-window layers their own. Used by the sampler's decode mask
+    (agents._decode_mask) and the shared-prompt path of token_logprobs."""
+    import transformers
+
     config = model.config
     types_ = getattr(config, "layer_types", None) or ["full_attention"]
-    return getattr(config, "_attn_implementation", None) == "sdpa" and all(t == "full_attention" for t in types_)
+    return (int(transformers.__version__.split(".")[0]) >= 5
+            and getattr(config, "_attn_implementation", None) == "sdpa"
+            and all(t == "full_attention" for t in types_))
 
 
 def _length_buckets(lengths, min_saving=0.15):
@@ -601,10 +607,12 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
     P = P - first
     T = ids.shape[1] - P
     body = model.base_model
-    prompt_key = torch.where(am[:, :P].bool(), ids[:, :P], -1)  # (B, P): equal rows = equal prompts
-    distinct, rows = torch.unique(prompt_key, dim=0, return_inverse=True)  # (n, P), (B,)
-    n = distinct.shape[0]
-    if share_prompts and n < B and T > 0 and _shares_prompts(model):
+    n = B
+    if share_prompts and T > 0 and prepared_mask_ok(model):
+        prompt_key = torch.where(am[:, :P].bool(), ids[:, :P], -1)  # (B, P): equal rows = equal prompts
+        distinct, rows = torch.unique(prompt_key, dim=0, return_inverse=True)  # (n, P), (B,)
+        n = distinct.shape[0]
+    if n < B:
         # Prompt pass: the n distinct prompts, one row each (the first row that has it).
         first_row = torch.full((n,), B, dtype=torch.long, device=ids.device).scatter_reduce(
             0, rows, torch.arange(B, device=ids.device), reduce="amin")  # (n,)
@@ -620,11 +628,12 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
         # Completion pass: each row attends to [its prompt's real tokens ; its completion tokens up to itself].
         # Rows run in at most two length buckets (see _length_buckets), each cut to its own longest completion.
         prompt_len = p_am.long().sum(-1)  # (n,)
+        completion_len = am[:, P:].sum(-1)  # (B,)
         kv = dict(capture.kv)
         parts, order = [], []
-        for bucket in _length_buckets(am[:, P:].sum(-1)):
+        for bucket in _length_buckets(completion_len):
             b = bucket.numel()
-            Tb = max(1, int(am[bucket, P:].sum(-1).max()))
+            Tb = max(1, int(completion_len[bucket].max()))
             c_ids = ids[bucket, P:P + Tb]  # (b, Tb)
             c_pos = prompt_len[rows[bucket]][:, None] + torch.arange(Tb, device=ids.device)  # (b, Tb)
             c_mask = torch.cat([p_am[rows[bucket]][:, None, :].expand(b, Tb, P),
