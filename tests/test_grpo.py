@@ -179,13 +179,15 @@ def test_token_logprobs_unchanged_by_left_padding(model):
     assert torch.allclose(batch[0, :4], alone[0], atol=1e-5)
 
 
-def test_token_logprobs_gradients_equal_naive(model):
+def lora_grads_ours_and_naive(model, batch, seed, before_ours=lambda: None):
+    """LoRA gradients of sum(weights * logprobs) on a random-adapter model: naive full logits without checkpointing,
+    then token_logprobs (chunk=2) with checkpointing on. `before_ours` runs in between (e.g. to install a spy)."""
     grpo.add_lora(model, "coder", r=4, alpha=8)
     with torch.no_grad():
         for p in grpo.lora_parameters(model, "coder"):
             p.normal_(std=0.05)
-    ids, am, P, cmask = ragged_batch()
-    weights = torch.randn(cmask.shape, generator=torch.Generator().manual_seed(6)) * cmask  # (B, T)
+    ids, am, P, cmask = batch
+    weights = torch.randn(cmask.shape, generator=torch.Generator().manual_seed(seed)) * cmask  # (B, T)
     model.train()
 
     def grads(fn):
@@ -196,7 +198,12 @@ def test_token_logprobs_gradients_equal_naive(model):
 
     expected = grads(lambda: naive_logprobs(model, ids, am, P))
     grpo.enable_checkpointing(model)
-    ours = grads(lambda: grpo.token_logprobs(model, ids, am, P, chunk=2))
+    before_ours()
+    return grads(lambda: grpo.token_logprobs(model, ids, am, P, chunk=2)), expected
+
+
+def test_token_logprobs_gradients_equal_naive(model):
+    ours, expected = lora_grads_ours_and_naive(model, ragged_batch(), seed=6)
     assert all(g.abs().sum() > 0 for g in ours)
     for a, b in zip(ours, expected):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
@@ -250,24 +257,10 @@ def test_shared_prompt_logprobs_equal_naive_full_logits(model):
 
 
 def test_shared_prompt_gradients_equal_naive_with_checkpointing(model):
-    grpo.add_lora(model, "coder", r=4, alpha=8)
-    with torch.no_grad():
-        for p in grpo.lora_parameters(model, "coder"):
-            p.normal_(std=0.05)
-    ids, am, P, cmask = grouped_batch()
-    weights = torch.randn(cmask.shape, generator=torch.Generator().manual_seed(9)) * cmask  # (B, T)
-    model.train()
-
-    def grads(fn):
-        for p in model.parameters():
-            p.grad = None
-        (fn() * weights).sum().backward()
-        return [p.grad.clone() for p in grpo.lora_parameters(model, "coder")]
-
-    expected = grads(lambda: naive_logprobs(model, ids, am, P))
-    grpo.enable_checkpointing(model)
-    calls = body_calls(model)
-    ours = grads(lambda: grpo.token_logprobs(model, ids, am, P, chunk=2))
+    spy = {}
+    ours, expected = lora_grads_ours_and_naive(model, grouped_batch(), seed=9,
+                                               before_ours=lambda: spy.update(calls=body_calls(model)))
+    calls = spy["calls"]
     assert calls[0][0] == 3 and sum(c[0] for c in calls[1:]) == 9      # the shared path ran, under checkpointing
     assert all(g.abs().sum() > 0 for g in ours)
     for a, b in zip(ours, expected):
