@@ -460,11 +460,11 @@ def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop):
 # contained code, and plans with code did worse. So the Planner prompt is short and firm, names the four
 # labelled parts, says "no code" twice, and says where to stop; the answer is also pre-filled with the
 # first label (PLAN_PREFIX) so the format is started for the model.
-# our choice: no format skeleton in the prompt. A skeleton with <...> placeholders was copied verbatim after the
-# pre-filled label ("Input/Output: <the inputs, in order, ...>") in 8 of 50 plans, and a worked toy example had
-# its content copied into real plans. Planner-coder on MBPP validation 511-560 (greedy, bf16): skeleton 16.0%
-# pass@1, short-placeholder skeleton 22.0%, no skeleton 36.0%, direct coding 34.0% (0 placeholders, 0 plans with code; all four labels
-# in 36 of 50 plans vs 46 of 50).
+# our choice: no format skeleton in the prompt. A skeleton with <...> placeholders was copied verbatim after
+# the pre-filled label ("Input/Output: <the inputs, in order, ...>") in 8 of 50 plans, and a worked toy example
+# had its content copied into real plans. Planner-coder on MBPP validation 511-560 (greedy, bf16): skeleton
+# 16.0% pass@1, short-placeholder skeleton 22.0%, no skeleton 36.0%, direct coding 34.0% (no skeleton: 0 copied
+# placeholders, 0 plans with code; all four labels in 36 of 50 plans vs 46 of 50).
 
 PLANNER_SYSTEM = (
     "You are the Planner in a two-agent team. You never write code: a Coder writes the program from your plan.\n"
