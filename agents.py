@@ -457,14 +457,9 @@ def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop):
 
 # ---- prompt templates ------------------------------------------------------------------------------
 # Design notes (measured on the untrained 0.5B, see DESIGN.md): plans ran to the token cap, a quarter
-# contained code, and plans with code did worse. So the Planner prompt is short and firm, names the four
-# labelled parts, says "no code" twice, and says where to stop; the answer is also pre-filled with the
-# first label (PLAN_PREFIX) so the format is started for the model.
-# our choice: no format skeleton in the prompt. A skeleton with <...> placeholders was copied verbatim after
-# the pre-filled label ("Input/Output: <the inputs, in order, ...>") in 8 of 50 plans, and a worked toy example
-# had its content copied into real plans. Planner-coder on MBPP validation 511-560 (greedy, bf16): skeleton
-# 16.0% pass@1, short-placeholder skeleton 22.0%, no skeleton 36.0%, direct coding 34.0% (no skeleton: 0 copied
-# placeholders, 0 plans with code; all four labels in 36 of 50 plans vs 46 of 50).
+# contained code, and plans with code did worse. So the Planner prompt is short and firm, shows the
+# exact format once as a skeleton, says "no code" twice, and says where to stop; the answer is also
+# pre-filled with the first label (PLAN_PREFIX) so the format is started for the model.
 
 PLANNER_SYSTEM = (
     "You are the Planner in a two-agent team. You never write code: a Coder writes the program from your plan.\n"
@@ -477,13 +472,24 @@ PLANNER_SYSTEM = (
     "At most 100 words. Stop right after the Loops part."
 )
 
-# The request, naming the parts (the system prompt describes them).
-PLAN_REQUEST = ("Write the Algorithmic Thought for this problem: Input/Output, Steps, Conditions, Loops, each on "
-                "its own labelled line, in your own words about this problem.")
+# The format, shown once as a skeleton. our choice: placeholders, not a worked toy problem, because
+# the untrained 0.5B copied the toy example's content into real plans ("a number is even when ..."
+# landed in the plan of a plain sum problem, and the Coder then summed only even numbers).
+# The placeholders get copied too (after the pre-filled label: 7 of 50 test plans, none passed). Not adopted:
+# no skeleton, only the four labels named in the request. Greedy 0.5B, bf16, 50 problems each: planner-coder
+# on validation 511-560 16% -> 36% pass@1, but on test 11-60 26% -> 24% and mapcoder (whose Planner shares
+# this format) 34% -> 26%. Mixed at n=50; a decision needs the full splits.
+PLANNER_FORMAT = (
+    "Input/Output: <the inputs, in order, with names and types>; <the exact output>.\n"
+    "Steps: 1. <first step>. 2. <next step>. 3. <...>\n"
+    "Conditions: <the branches and edge cases>.\n"
+    "Loops: <what is iterated over, and when it stops>."
+)
 
 PLANNER_PROMPT = (
     "{problem}\n\n"
-    "{request}\n\n"
+    "Write the Algorithmic Thought for this problem in exactly this format, replacing each <...>:\n"
+    "{format}\n\n"
     "No code. Stop after Loops."
 )
 
@@ -614,7 +620,7 @@ def code_format(problem):
 
 def planner_prompt(tokenizer, problem):
     """Planner: problem -> Algorithmic Thought. The answer is pre-filled with PLAN_PREFIX."""
-    user = PLANNER_PROMPT.format(problem=problem_text(problem), request=PLAN_REQUEST)
+    user = PLANNER_PROMPT.format(problem=problem_text(problem), format=PLANNER_FORMAT)
     return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + PLAN_PREFIX
 
 
@@ -1302,7 +1308,9 @@ RETRIEVAL_PLANNER_SYSTEM = PLANNER_SYSTEM.replace(
 RETRIEVAL_PLANNER_PROMPT = (
     "{problem}\n\n"
     "A teammate recalled this (it may be imperfect: use what helps):\n{retrieval}\n\n"
-    "{request} Then the Confidence line.\n\n"
+    "Write the Algorithmic Thought for this problem in exactly this format, replacing each <...>:\n"
+    "{format}\n"
+    "Confidence: <0 to 100>\n\n"
     "No code. Stop after the Confidence line."
 )
 
@@ -1314,7 +1322,7 @@ def retrieval_planner_prompt(tokenizer, problem, retrieval, exemplar=None):
     the retrieval counts for its reward); an index shows only that exemplar (the pipeline: one plan per exemplar).
     """
     user = RETRIEVAL_PLANNER_PROMPT.format(problem=problem_text(problem), retrieval=retrieval_text(retrieval, exemplar),
-                                           request=PLAN_REQUEST)
+                                           format=PLANNER_FORMAT)
     return chat_prompt(tokenizer, RETRIEVAL_PLANNER_SYSTEM, user) + PLAN_PREFIX
 
 
