@@ -476,9 +476,9 @@ PLANNER_SYSTEM = (
 # the untrained 0.5B copied the toy example's content into real plans ("a number is even when ..."
 # landed in the plan of a plain sum problem, and the Coder then summed only even numbers).
 # The placeholders get copied too (after the pre-filled label: 7 of 50 test plans, none passed). Not adopted:
-# no skeleton, only the four labels named in the request. Greedy 0.5B, bf16, 50 problems each: planner-coder
-# on validation 511-560 16% -> 36% pass@1, but on test 11-60 26% -> 24% and mapcoder (whose Planner shares
-# this format) 34% -> 26%. Mixed at n=50; a decision needs the full splits.
+# no skeleton, only the four labels named in the request. Greedy 0.5B, bf16: planner-coder on validation
+# 511-560 16% -> 36% pass@1, but on test 11-110 30% -> 30% (11-60: 26% -> 24%), and mapcoder on test 11-60
+# (its Planner shares this format) 34% -> 26%. Mixed at these sizes; a decision needs the full splits.
 PLANNER_FORMAT = (
     "Input/Output: <the inputs, in order, with names and types>; <the exact output>.\n"
     "Steps: 1. <first step>. 2. <next step>. 3. <...>\n"
