@@ -630,22 +630,19 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
         prompt_len = p_am.long().sum(-1)  # (n,)
         completion_len = am[:, P:].sum(-1)  # (B,)
         kv = dict(capture.kv)
-        parts, order = [], []
+        h = p_hidden.new_zeros(B, T, p_hidden.shape[-1])  # (B, T, H); positions past a row's bucket are never scored
         for bucket in _length_buckets(completion_len):
-            b = bucket.numel()
+            b, r = bucket.numel(), rows[bucket]  # r: each bucket row's prompt
             Tb = max(1, int(completion_len[bucket].max()))
             c_ids = ids[bucket, P:P + Tb]  # (b, Tb)
-            c_pos = prompt_len[rows[bucket]][:, None] + torch.arange(Tb, device=ids.device)  # (b, Tb)
-            c_mask = torch.cat([p_am[rows[bucket]][:, None, :].expand(b, Tb, P),
+            c_pos = prompt_len[r][:, None] + torch.arange(Tb, device=ids.device)  # (b, Tb)
+            c_mask = torch.cat([p_am[r][:, None, :].expand(b, Tb, P),
                                 torch.ones(Tb, Tb, dtype=torch.bool, device=ids.device).tril().expand(b, Tb, Tb)],
                                dim=2)  # (b, Tb, P+Tb)
             c_hidden = body(input_ids=c_ids, attention_mask={"full_attention": c_mask[:, None]}, position_ids=c_pos,
-                            cache=_PromptKV(kv, rows[bucket]), use_cache=False).last_hidden_state  # (b, Tb, H)
+                            cache=_PromptKV(kv, r), use_cache=False).last_hidden_state  # (b, Tb, H)
             # The last prompt position scores completion token 0; completion position t scores token t + 1.
-            h_b = torch.cat([p_hidden[:, -1][rows[bucket]][:, None], c_hidden[:, :-1]], dim=1)  # (b, Tb, H)
-            parts.append(F.pad(h_b, (0, 0, 0, T - Tb)))  # (b, T, H); the padding is never scored
-            order.append(bucket)
-        h = torch.cat(parts)[torch.cat(order).argsort()]  # (B, T, H), back in row order
+            h[bucket, :Tb] = torch.cat([p_hidden[r, -1][:, None], c_hidden[:, :-1]], dim=1)  # (b, Tb, H)
     else:
         position_ids = (am.long().cumsum(-1) - 1).clamp(min=0)  # (B, L')
         hidden = body(input_ids=ids, attention_mask=am, position_ids=position_ids,
