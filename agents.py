@@ -720,6 +720,26 @@ def plan_sections(plan):
     return [s for s in PLAN_SECTIONS if re.search(r"\b" + re.escape(s) + r"\b", plan, re.I)]
 
 
+# A copied format placeholder: "<...>" or "<" lowercase words with a space ">" ("<first step>", "<the inputs, in
+# order, with names and types>"). "a < b", "x <= y" and "List<int>" do not match (space after "<", no space inside).
+_PLACEHOLDER = re.compile(r"<(\.{3}|[a-z][a-z ,./'-]*\s[a-z ,./'-]*[a-z.])>")
+
+
+def plan_placeholders(plan):
+    """The PLANNER_FORMAT placeholders a plan copied instead of filling in (e.g. ["<first step>", "<...>"])."""
+    return [m.group(0) for m in _PLACEHOLDER.finditer(plan)]
+
+
+def plan_format_ok(plan):
+    """A well-formed Algorithmic Thought: all four labelled parts (PLAN_SECTIONS) and no copied placeholder.
+
+    our choice of what "format" means for the Planner stage's format gate (rewards.format_gated): the two failure
+    modes the untrained 0.5B showed and the collapse a pilot drifted into were copied placeholders and missing
+    parts (a plan cut at the token cap or turned into code loses its later parts: clean_plan cuts code).
+    """
+    return len(plan_sections(plan)) == len(PLAN_SECTIONS) and not plan_placeholders(plan)
+
+
 # ---- code extraction -------------------------------------------------------------------------------
 
 # A fence line: ``` or ~~~ (3+), an optional language tag, an info string (e.g. ```python:sol.py).

@@ -454,28 +454,28 @@ def enable_checkpointing(model, on=True):
 
 
 class _ChunkedHeadLogprob(torch.autograd.Function):
-    """log softmax(h W^T + b)[target] for N rows, `rows` at a time, never holding more than (rows, V) logits.
+    """log softmax((h W^T + b) / T)[target] for N rows, `rows` at a time, never holding more than (rows, V) logits.
 
     Forward keeps only h, the targets and the per-row logsumexp; backward recomputes each chunk's logits and turns
-    them in place into d logp / d logits = onehot(target) - softmax. Same gradient as autograd through the full
-    logits, with one (rows, V) float32 buffer alive at a time instead of several (B, T, V) ones.
+    them in place into d logp / d logits = (onehot(target) - softmax) / T. Same gradient as autograd through the
+    full logits, with one (rows, V) float32 buffer alive at a time instead of several (B, T, V) ones.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, rows):
+    def forward(ctx, hidden, weight, bias, targets, rows, temperature):
         # hidden (N, H), weight (V, H), bias (V,) or None, targets (N,)
         n = hidden.shape[0]
         logp = hidden.new_empty(n, dtype=torch.float32)  # (N,)
         lse = hidden.new_empty(n, dtype=torch.float32)  # (N,)
         for s in range(0, n, rows):
-            logits = F.linear(hidden[s:s + rows], weight, bias).float()  # (n_c, V)
+            logits = F.linear(hidden[s:s + rows], weight, bias).float().div_(temperature)  # (n_c, V)
             picked = logits.gather(1, targets[s:s + rows, None]).squeeze(1)  # (n_c,)
             # logsumexp by hand, in place, so the chunk costs one (n_c, V) buffer rather than two.
             top = logits.amax(dim=-1, keepdim=True)  # (n_c, 1)
             lse[s:s + rows] = logits.sub_(top).exp_().sum(dim=-1).log_() + top.squeeze(1)
             logp[s:s + rows] = picked - lse[s:s + rows]
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.rows = rows
+        ctx.rows, ctx.temperature = rows, temperature
         return logp
 
     @staticmethod
@@ -488,10 +488,10 @@ class _ChunkedHeadLogprob(torch.autograd.Function):
         rows = ctx.rows
         for s in range(0, hidden.shape[0], rows):
             h = hidden[s:s + rows]  # (n_c, H)
-            g = F.linear(h, weight, bias).float()  # (n_c, V) logits, recomputed
+            g = F.linear(h, weight, bias).float().div_(ctx.temperature)  # (n_c, V) logits / T, recomputed
             g.sub_(lse[s:s + rows, None]).exp_()  # softmax
             g.neg_().scatter_add_(1, targets[s:s + rows, None], g.new_ones(h.shape[0], 1))  # onehot - softmax
-            g.mul_(grad_logp[s:s + rows, None].float())  # chain rule: d loss / d logits
+            g.mul_(grad_logp[s:s + rows, None].float() / ctx.temperature)  # chain rule through / T: d loss / d logits
             if need_h:
                 grad_h[s:s + rows] = g.to(weight.dtype) @ weight  # (n_c, H)
             if need_w:
@@ -500,7 +500,7 @@ class _ChunkedHeadLogprob(torch.autograd.Function):
                 grad_b += g.sum(0)
         grad_w = grad_w.to(weight.dtype) if need_w else None
         grad_b = grad_b.to(bias.dtype) if need_b else None
-        return grad_h, grad_w, grad_b, None, None
+        return grad_h, grad_w, grad_b, None, None, None
 
 
 class _PromptKV:
@@ -563,8 +563,13 @@ def _length_buckets(lengths, min_saving=0.15):
     return [order]
 
 
-def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, share_prompts=True):
+def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, share_prompts=True,
+                   temperature=1.0):
     """log p(token) of every completion token given everything before it: (B, T) with T = L - completion_start.
+
+    temperature: the log-probs are those of softmax(logits / temperature), the distribution the sampler drew the
+    tokens from (agents.sample). GRPO's policy, old and reference log-probs must all use the sampling temperature,
+    as TRL and verl do: scoring tokens drawn at T != 1 under T = 1 biases the gradient.
 
     input_ids (B, L) = left-padded prompts (P = completion_start columns) + right-padded completions;
     attention_mask (B, L) is 1 on real tokens. Positions come from the attention mask (cumsum - 1), as HF generate
@@ -586,9 +591,10 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
     whatever the batch, where full float32 logits of 8 x 512 tokens are 2.5 GB per copy; chunks of 1024 tokens
     took a LoRA forward+backward over 8 x 512 tokens from 15.5 GB to 9.4 GB with the same gradient (DESIGN.md),
     and 256-token chunks still keep the output-layer matmuls large enough to run at full speed.
-    Assumes logits = lm_head(hidden) (no soft-capping or temperature; Qwen2/Llama have none) and a plain
-    nn.Linear output layer.
+    Assumes logits = lm_head(hidden) (no soft-capping; Qwen2/Llama have none) and a plain nn.Linear output layer.
     """
+    if not temperature > 0:
+        raise ValueError(f"token_logprobs needs temperature > 0, got {temperature}")
     B, L = input_ids.shape
     P = int(completion_start)
     if not 1 <= P <= L:
@@ -650,7 +656,8 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
         # The state at position j predicts token j + 1: completion token t is scored by position P + t - 1.
         h = hidden[:, P - 1:P + T - 1]  # (B, T, H)
     valid = valid_out[:, :T]  # (B, T)
-    lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, ids[:, P:][valid], max(1, int(chunk)))  # (N,)
+    lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, ids[:, P:][valid], max(1, int(chunk)),
+                                   float(temperature))  # (N,)
     # Scatter back to (B, T_out); masked_scatter keeps the result connected to the graph even when N == 0.
     return lp.new_zeros(B, T_out).masked_scatter(valid_out, lp)  # (B, T_out)
 

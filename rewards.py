@@ -32,6 +32,12 @@ def _sigmoid(x):
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
+def _shrink(d, floor):
+    """Soft threshold: d moved toward 0 by `floor`, and 0 inside [-floor, floor] (differences below a noise floor
+    are ties; above it they keep their sign and grow continuously)."""
+    return math.copysign(max(0.0, abs(d) - floor), d)
+
+
 def _measured(x):
     """True for a usable measurement: a finite number >= 0 (None / NaN / negative mean 'not measured')."""
     return (x is not None and isinstance(x, (int, float, np.integer, np.floating))
@@ -44,15 +50,19 @@ def _check_rates(rates, what):
             raise ValueError(f"{what}: pass rates must be numbers in [0, 1], got {p!r}")
 
 
-def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3, tie_margin=0.5):
+def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3, tie_margin=0.5,
+                    noise_rel=0.25, noise_abs_s=2e-4):
     """Rewards of one group of G Algorithmic Thoughts: pass_rates[g][m], cpu_s[g][m] for the M programs
     the frozen Coder wrote from thought g. Returns G floats in [0, 1 + w_time).
 
         r_g   = P_g + w_eff * B_g
         P_g   = mean_m pass_rates[g][m]                                   (correctness first)
-        B_g   = mean_m s_gm,  s_gm = sigmoid(sharpness * (t_ref - t_gm) / max(t_ref, min_cpu_s))
+        B_g   = mean_m s_gm,  s_gm = sigmoid(sharpness * shrink(t_ref - t_gm) / max(t_ref, min_cpu_s))
                 for programs that pass all tests, s_gm = 0 otherwise       (then time)
         t_ref = median CPU time of the group's all-passing programs (all G*M of them)
+        shrink(d) = sign(d) * max(0, |d| - floor), floor = max(noise_rel * t_ref, noise_abs_s): a time within
+                the noise floor of the median counts as the median (a tie), so G copies of one program get equal
+                rewards and zero advantages, while a real difference keeps its order.
         w_eff = min(w_time, tie_margin * delta), delta = the smallest gap P_g - P_h > 0 between a
                 thought g and a thought h that earns a bonus (B_h > 0); w_eff = w_time if none exists.
 
@@ -71,13 +81,17 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
         below ~1 ms is measurement noise (and it avoids dividing by 0).
     tie_margin: our choice 0.5 (must be in (0, 1)): the time bonus may use at most half of the smallest
         pass-rate gap, because that keeps "more tests passed beats faster" strict for any inputs.
+    noise_rel, noise_abs_s: our choice 25% of the median and 0.2 ms: differences below them are measurement
+        noise. Measured: 8 single runs of one MBPP program took 1.40-1.74 ms of CPU (the widest pair 24% apart);
+        train.py also takes the min over --measure-repeats runs (sandbox Job.repeat), which narrows that further.
+        Without a floor, group normalisation would turn that jitter into advantages of +-1 (pure noise).
     An all-passing program whose CPU time is missing (None / NaN / < 0) earns no time bonus: our choice,
         because a failed measurement must never be rewarded.
     """
     if not 0.0 < tie_margin < 1.0:
         raise ValueError(f"tie_margin must be in (0, 1), got {tie_margin}")
-    if w_time < 0 or sharpness < 0 or min_cpu_s <= 0:
-        raise ValueError("w_time and sharpness must be >= 0 and min_cpu_s > 0")
+    if w_time < 0 or sharpness < 0 or min_cpu_s <= 0 or noise_rel < 0 or noise_abs_s < 0:
+        raise ValueError("w_time, sharpness, noise_rel and noise_abs_s must be >= 0 and min_cpu_s > 0")
     if len(pass_rates) != len(cpu_s):
         raise ValueError(f"pass_rates has {len(pass_rates)} thoughts but cpu_s has {len(cpu_s)}")
     for g, (ps, ts) in enumerate(zip(pass_rates, cpu_s)):
@@ -91,7 +105,8 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
         return P
     t_ref = float(np.median(times))
     scale = max(t_ref, min_cpu_s)
-    B = [float(np.mean([_sigmoid(sharpness * (t_ref - t) / scale) if p >= 1.0 and _measured(t) else 0.0
+    floor = max(noise_rel * t_ref, noise_abs_s)
+    B = [float(np.mean([_sigmoid(sharpness * _shrink(t_ref - t, floor) / scale) if p >= 1.0 and _measured(t) else 0.0
                         for p, t in zip(ps, ts)]))
          for ps, ts in zip(pass_rates, cpu_s)]  # (G,) each in [0, 1)
     gaps = [Pg - Ph for Pg in P for Ph, Bh in zip(P, B) if Bh > 0 and Pg > Ph]
@@ -99,14 +114,16 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
     return [p + w_eff * b for p, b in zip(P, B)]
 
 
-def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20):
+def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise_rel=0.1, noise_bytes=64 << 10):
     """Rewards of one group of G programs written from the same thought. Returns G floats in
     [0, 1 + w_mem].
 
         r_i      = p_i + w_mem * b_i
-        b_i      = (O_target + smooth_bytes) / (peak_i + smooth_bytes)   if program i passes all tests
-                 = 0                                                     otherwise
+        b_i      = (O_target + smooth_bytes) / (O_target + excess_i + smooth_bytes)   if program i passes all tests
+                 = 0                                                                 otherwise
         O_target = the lowest peak memory among the group's all-passing programs
+        excess_i = max(0, peak_i - O_target - floor), floor = max(noise_rel * O_target, noise_bytes): peaks
+                   within the noise floor of O_target count as O_target (a tie, bonus 1)
 
     The bonus is 1 (its maximum) for the O_target program and falls strictly as peak memory grows; it
     is only earned with a pass rate of 1, so any all-passing program (r >= 1) beats any program that
@@ -115,24 +132,64 @@ def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20):
     w_mem: our choice 0.1, the largest memory bonus, for the same reason as planner_rewards' w_time.
     smooth_bytes: our choice 1 MiB added to both peaks: a ratio O_target/peak needs a guard anyway (the
         sandbox reports peak memory *above a no-op child*, often 0 for tiny programs), and differences
-        far below a megabyte are allocator noise, so they should move the bonus only a little, while
-        the bonus stays strictly decreasing in peak memory.
+        of a few hundred kilobytes should move the bonus only a little.
+    noise_rel, noise_bytes: our choice 10% of O_target and 64 KiB: below that a difference is allocator and
+        page-granularity noise. Measured: 8 runs of one MBPP program peaked at 249,856-262,144 B (3 pages
+        apart); train.py also takes the median over --measure-repeats runs. Without a floor, GRPO's group
+        normalisation turns that jitter into advantages of about +-1.
     An all-passing program whose peak is missing (None / NaN / < 0) earns no bonus (reward exactly 1):
         our choice, because a failed measurement must never be rewarded.
     """
     if len(pass_rates) != len(peak_bytes):
         raise ValueError(f"{len(pass_rates)} pass rates but {len(peak_bytes)} peak measurements")
-    if w_mem < 0 or smooth_bytes <= 0:
-        raise ValueError("w_mem must be >= 0 and smooth_bytes > 0")
+    if w_mem < 0 or smooth_bytes <= 0 or noise_rel < 0 or noise_bytes < 0:
+        raise ValueError("w_mem, noise_rel and noise_bytes must be >= 0 and smooth_bytes > 0")
     _check_rates(pass_rates, "coder group")
     passing = [i for i, (p, m) in enumerate(zip(pass_rates, peak_bytes)) if p >= 1.0 and _measured(m)]
     rewards = [float(p) for p in pass_rates]
     if not passing:
         return rewards
     target = min(float(peak_bytes[i]) for i in passing)
+    floor = max(noise_rel * target, noise_bytes)
     for i in passing:
-        rewards[i] += w_mem * (target + smooth_bytes) / (float(peak_bytes[i]) + smooth_bytes)
+        excess = max(0.0, float(peak_bytes[i]) - target - floor)
+        rewards[i] += w_mem * (target + smooth_bytes) / (target + excess + smooth_bytes)
     return rewards
+
+
+def format_gated(rewards, format_ok, penalty=0.5):
+    """A thought whose format is broken gets -penalty whatever its code scored; the others keep their reward.
+
+    our choice, for the Planner stage (train.py --format-penalty): the reward only scores the code the frozen
+    Coder writes, and the Coder also sees the problem, so the cheapest way up is a plan that says nothing (copied
+    format placeholders, missing parts) and lets the Coder code directly. A pilot at lr 1e-4 drifted there in 8
+    steps (plans with all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed thought that
+    fails (0) beats a broken one that passes (-penalty), so even an all-failing group teaches the format.
+    penalty 0.5: below every well-formed reward (>= 0), so the order is strict, and small enough that the
+    advantages of format errors do not swamp the pass-rate signal in mixed groups.
+    """
+    if len(rewards) != len(format_ok):
+        raise ValueError(f"{len(rewards)} rewards but {len(format_ok)} format flags")
+    if penalty < 0:
+        raise ValueError(f"penalty must be >= 0, got {penalty}")
+    return [float(r) if ok else -float(penalty) for r, ok in zip(rewards, format_ok)]
+
+
+def mcnemar_exact(b, c):
+    """Two-sided exact McNemar test (a binomial test on the discordant pairs) for paired pass/fail outcomes.
+
+    b = problems solved only by the first system, c = solved only by the second, on the same problems. Under H0
+    each discordant problem goes either way with probability 1/2: p = min(1, 2 * P(X <= min(b, c))),
+    X ~ Binomial(b + c, 1/2). Returns 1.0 when there are no discordant pairs.
+    """
+    for name, v in (("b", b), ("c", c)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    n, k = int(b) + int(c), min(int(b), int(c))
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2.0 * tail)
 
 
 def pass_at_k(n, c, k):

@@ -62,13 +62,17 @@ import sandbox
 #                         PUBLIC tests; only problems where it fails stay in the batch, and the failing case's
 #                         description (sandbox.feedback) goes into ctx["feedback"]. Hidden tests never reach a prompt.
 #   eval_method           the helper method of the held-out evaluation, compared with direct coding for CG
-#                         (default "planner-coder").
+#                         (default "planner-coder"; "direct" for the single-agent baseline: no CG then).
+#   format_gate           the trained role's outputs are thoughts whose format is checked (agents.plan_format_ok);
+#                         a broken one gets -(--format-penalty) whatever its code scored (rewards.format_gated).
 # MapCoder's agents (the seed paper's generality experiment): the Retrieval agent is scored like a thought, by the
 # pass rate and CPU time of the programs the frozen Planner -> Coder write from its recollection (reward "planner");
 # the Debugging agent like a program, by the hidden-test pass rate and memory of its repair (reward "coder").
 STAGES = {
-    "planner": dict(chain=("planner", "coder"), train="planner", reward="planner"),
+    "planner": dict(chain=("planner", "coder"), train="planner", reward="planner", format_gate=True),
     "coder": dict(chain=("planner", "coder"), train="coder", reward="coder"),
+    # The paper's main baseline, single-agent GRPO: the Coder trained on the problem alone, with the coder reward.
+    "direct": dict(chain=("coder",), train="coder", reward="coder", eval_method="direct"),
     "retriever": dict(chain=("retriever", "planner", "coder"), train="retriever", reward="planner",
                       eval_method="mapcoder"),
     "debugger": dict(chain=("coder", "debugger"), train="debugger", reward="coder", needs_public_failure=True,
@@ -78,10 +82,15 @@ STAGES = {
 
 
 def reward_planner(results, texts, G, M, args):
-    """Planner stage: a thought is scored by the pass rate and CPU time of the M programs the frozen Coder wrote."""
+    """Planner stage: a thought is scored by the pass rate and CPU time of the M programs the frozen Coder wrote;
+    with the stage's format gate on, a thought with missing parts or copied placeholders gets -format_penalty."""
     pr = [[r.pass_rate for r in results[g * M:(g + 1) * M]] for g in range(G)]
     cpu = [[r.cpu_s for r in results[g * M:(g + 1) * M]] for g in range(G)]
-    return rewards.planner_rewards(pr, cpu)
+    out = rewards.planner_rewards(pr, cpu)
+    if STAGES[args.stage].get("format_gate") and args.format_gate:
+        out = rewards.format_gated(out, [agents.plan_format_ok(agents.clean_plan(t)) for t in texts],
+                                   penalty=args.format_penalty)
+    return out
 
 
 def reward_coder(results, texts, G, M, args):
@@ -154,6 +163,15 @@ def get_args(argv=None):
     p.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip range")
     p.add_argument("--ppo-epochs", type=int, default=1,
                    help="optimisation passes over each batch; with 1 the ratio is exactly 1 and clipping is inert")
+    p.add_argument("--format-gate", action=argparse.BooleanOptionalAction, default=True,
+                   help="stage planner: a thought without all four parts or with copied format placeholders gets "
+                        "-(--format-penalty) whatever its code scored. our choice: on, because the reward alone "
+                        "pays for empty plans that let the Coder code directly (plan collapse, seen in a pilot)")
+    p.add_argument("--format-penalty", type=float, default=0.5,
+                   help="the reward of a thought that fails the format gate (as -penalty); see rewards.format_gated")
+    p.add_argument("--measure-repeats", type=int, default=3,
+                   help="runs of each all-passing program (CPU time = min, peak memory = median): the efficiency "
+                        "bonuses compare programs, so one noisy run must not decide; rewards.py adds a noise floor")
     p.add_argument("--toy-target", default="a", help="stage toy only: the character that is rewarded")
     p.add_argument("--mapcoder-k", type=int, default=agents.MAPCODER_K,
                    help="stages retriever / debugger: exemplars recalled in the held-out mapcoder evaluation (the "
@@ -201,7 +219,8 @@ def check_args(args):
         fail("no model: pass --model DIR (e.g. MODEL=$(../shared/models/get-model qwen2.5-coder-0.5b-instruct)) "
              "or set CORECODE_MODEL")
     for name in ("num_steps", "problems_per_step", "group_size", "downstream_samples", "micro_batch", "ppo_epochs",
-                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last", "mapcoder_k", "logprob_chunk"):
+                 "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last", "mapcoder_k", "logprob_chunk",
+                 "measure_repeats"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.group_size < 2:
@@ -209,6 +228,8 @@ def check_args(args):
     if args.downstream_samples > 1 and args.downstream_temperature == 0:
         fail("--downstream-samples > 1 with --downstream-temperature 0 would repeat one greedy output; "
              "set --downstream-temperature > 0")
+    if args.format_penalty < 0:
+        fail(f"--format-penalty must be >= 0, got {args.format_penalty}")
     if args.mapcoder_t < 0:
         fail(f"--mapcoder-t must be >= 0, got {args.mapcoder_t}")
     if args.temperature <= 0:
@@ -291,18 +312,83 @@ def eval_key(method):
     return "eval_pass1_" + method.replace("-", "_")
 
 
-def held_out_eval(model, tokenizer, problems, args, agent, pool):
+def plan_stats(plans, prefix=""):
+    """Format of a batch of thoughts (the plan-collapse watch): share with all four parts, share with a copied
+    placeholder, mean length in characters."""
+    if not plans:
+        return {}
+    return {prefix + "plan_parts_frac": float(np.mean([len(agents.plan_sections(p)) == 4 for p in plans])),
+            prefix + "plan_placeholder_frac": float(np.mean([bool(agents.plan_placeholders(p)) for p in plans])),
+            prefix + "plan_chars": float(np.mean([len(p) for p in plans]))}
+
+
+def efficiency_only_frac(reward_list, keys, G):
+    """The fraction of groups whose advantages come from the efficiency bonus alone: rewards not all equal, while
+    everything else a reward looks at (pass rate, format: `keys`, one per trained output) is equal in the group."""
+    n = len(reward_list) // G
+    hits = [len(set(reward_list[i * G:(i + 1) * G])) > 1 and len(set(keys[i * G:(i + 1) * G])) == 1 for i in range(n)]
+    return float(np.mean(hits)) if hits else 0.0
+
+
+def eval_path(out, step):
+    return os.path.join(out, "eval", f"step_{step:06d}.jsonl")
+
+
+def read_eval(out, step, method):
+    """{task_id: passed} of `method` in the held-out evaluation written at `step` ({} when there is none)."""
+    path = eval_path(out, step)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {r["task_id"]: r["passed"] for r in rows if r["method"] == method}
+
+
+def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
+    """Greedy pass@1 on the held-out problems of the stage's helper method and of direct coding, their difference
+    (CG), the format of the helper's plans, and the paired comparison with step 0 (McNemar's exact test on the
+    same problems). Per-problem rows go to <out>/eval/step_N.jsonl.
+
+    Direct coding uses the Coder alone: in stages where the Coder is frozen it cannot change, so it is run once and
+    read back from step 0's file afterwards (our choice: an evaluation is a large share of a CPU run's time)."""
     helper = STAGES[args.stage].get("eval_method", "planner-coder")
-    out = {}
-    for method in (helper, "direct"):
-        attempts = agents.run_method(method, model, tokenizer, problems, n=1, temperature=0.0,
-                                     max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
-                                     seed=args.seed, agent=agent, pool=pool, mapcoder_k=args.mapcoder_k,
-                                     mapcoder_t=args.mapcoder_t)
-        results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests) for p, a in zip(problems, attempts)])
-        out[method] = sum(r.verdict == "passed" for r in results) / max(1, len(results))
-    return {eval_key(helper): out[helper], "eval_pass1_direct": out["direct"],
-            "eval_cg": rewards.collaboration_gain(out[helper], out["direct"])}
+    frozen_coder = STAGES[args.stage]["train"] != "coder"
+    out, rows = {}, []
+    t0 = time.time()
+    for method in dict.fromkeys((helper, "direct")):
+        cached = read_eval(args.out, 0, method) if (method == "direct" and frozen_coder and step > 0) else {}
+        if cached and all(p.id in cached for p in problems):
+            passed = [cached[p.id] for p in problems]
+            rows += [dict(task_id=p.id, method=method, passed=ok, cached_from_step=0)
+                     for p, ok in zip(problems, passed)]
+        else:
+            attempts = agents.run_method(method, model, tokenizer, problems, n=1, temperature=0.0,
+                                         max_new_tokens=args.max_new_tokens,
+                                         plan_max_new_tokens=args.plan_max_new_tokens, seed=args.seed, agent=agent,
+                                         pool=pool, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t)
+            results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests) for p, a in zip(problems, attempts)])
+            passed = [r.verdict == "passed" for r in results]
+            rows += [dict(task_id=p.id, method=method, passed=ok, pass_rate=r.pass_rate, plan=a[0].plan,
+                          program=a[0].program) for p, a, r, ok in zip(problems, attempts, results, passed)]
+            if method != "direct":
+                out.update(plan_stats([a[0].plan for a in attempts], prefix="eval_"))
+        out[eval_key(method)] = sum(passed) / max(1, len(passed))
+        if method == helper and step > 0:
+            # Paired with step 0 on the same problems: b = solved now only, c = solved at step 0 only.
+            start = read_eval(args.out, 0, method)
+            if start:
+                now = dict(zip((p.id for p in problems), passed))
+                b = sum(1 for t, ok in now.items() if ok and t in start and not start[t])
+                c = sum(1 for t, ok in now.items() if not ok and start.get(t))
+                out.update(eval_gained=b, eval_lost=c, eval_mcnemar_p=rewards.mcnemar_exact(b, c))
+    if helper != "direct":
+        out["eval_cg"] = rewards.collaboration_gain(out[eval_key(helper)], out["eval_pass1_direct"])
+    out["t_eval"] = time.time() - t0
+    os.makedirs(os.path.join(args.out, "eval"), exist_ok=True)
+    with open(eval_path(args.out, step) + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(eval_path(args.out, step) + ".tmp", eval_path(args.out, step))
+    return out
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -474,11 +560,16 @@ def train(args, pool):
         done = m["step"]
         last = done == args.num_steps
         if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
-            m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool))
+            m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool, done))
         with open(metrics_path, "a") as f:
             f.write(json.dumps(m) + "\n")
-        evaluated = (f" | eval {helper} {m[eval_key(helper)]:.3f} direct {m['eval_pass1_direct']:.3f} "
-                     f"CG {m['eval_cg']:+.3f}" if "eval_cg" in m else "")
+        evaluated = ""
+        if eval_key(helper) in m:
+            evaluated = f" | eval {helper} {m[eval_key(helper)]:.3f}"
+            if "eval_cg" in m:
+                evaluated += f" direct {m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}"
+            if "eval_mcnemar_p" in m:
+                evaluated += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
         if m.get("no_group"):
             tqdm.write(f"step {done}: no problem of the batch failed its public tests: nothing to train on, "
                        f"step skipped" + evaluated)
@@ -502,7 +593,8 @@ def train(args, pool):
 
         # ---- 0 eval before any update: the baseline Collaboration Gain
         if step == 0 and args.eval_every > 0 and eval_set:
-            m.update({k + "_start": v for k, v in held_out_eval(model, tokenizer, eval_set, args, agent, pool).items()})
+            m.update({k + "_start": v for k, v in held_out_eval(model, tokenizer, eval_set, args, agent, pool, 0).items()})
+            tqdm.write("step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
 
         # ---- 1 sample
         t0 = time.time()
@@ -524,7 +616,8 @@ def train(args, pool):
         t0 = time.time()
         results = [None] * len(leaf_ctxs)
         if row["reward"] != "toy":
-            results = pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests)
+            results = pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests,
+                                                   repeat=args.measure_repeats)
                                 for p, c in zip(leaf_probs, leaf_ctxs)])
         m["t_execute"] = time.time() - t0
 
@@ -535,9 +628,16 @@ def train(args, pool):
             sl = slice(i * G * M, (i + 1) * G * M)
             texts = samples.texts[i * G:(i + 1) * G]
             reward_list += REWARDS[row["reward"]](results[sl], texts, G, M, args)
+        plans = [agents.clean_plan(t) for t in samples.texts] if role == "planner" else []
+        gated = bool(row.get("format_gate")) and args.format_gate
+        m.update(plan_stats(plans))
         if row["reward"] != "toy":
             m["pass_rate"] = float(np.mean([r.pass_rate for r in results]))
             m["all_pass_frac"] = float(np.mean([r.verdict == "passed" for r in results]))
+            # What a trained output's reward looks at besides efficiency: its leaves' pass rates (and its format).
+            keys = [(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
+                     agents.plan_format_ok(plans[j]) if plans and gated else True) for j in range(len(reward_list))]
+            m["eff_only_frac"] = efficiency_only_frac(reward_list, keys, G)
 
         # ---- 4 advantages
         adv, adv_stats = grpo.group_advantages(reward_list, G)  # (B,)
@@ -570,11 +670,13 @@ def train(args, pool):
                 ids, am, cm, left = micro(sl)
                 if args.beta != 0:
                     with grpo.adapters_off(model):
-                        ref_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk))
+                        ref_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
+                                                          temperature=args.temperature))
                 if args.ppo_epochs > 1:
                     # Sampling-time log-probs of the current policy; with one pass old == logp.detach() (below).
                     with agent(role):
-                        old_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk))
+                        old_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
+                                                          temperature=args.temperature))
         m["t_reference"] = time.time() - t0
 
         # ---- 6 learn: loss over micro-batches (scaled so their sum is the mean over all B completions)
@@ -589,7 +691,10 @@ def train(args, pool):
                 optimizer.zero_grad(set_to_none=True)
                 for j, sl in enumerate(mbs):
                     ids, am, cm, left = micro(sl)
-                    lp = grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk)  # (b, T)
+                    # Scored at the sampling temperature (policy, old and reference alike): the tokens were drawn
+                    # from softmax(logits / T), so that is the distribution whose log-probs the gradient needs.
+                    lp = grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
+                                             temperature=args.temperature)  # (b, T)
                     old = old_lp[j] if args.ppo_epochs > 1 else lp.detach()
                     ref = ref_lp[j] if args.beta != 0 else None
                     loss, st = grpo.grpo_loss(lp, old, ref, adv[sl], cm, beta=args.beta, clip_eps=args.clip_eps)
@@ -613,7 +718,7 @@ def train(args, pool):
             print(f"warning: step {step + 1}: non-finite loss or gradient, update skipped", file=sys.stderr)
         else:
             m["grad_norm"] = float(grad_norm)
-        scheduler.step()
+            scheduler.step()  # the schedule counts updates: a skipped step does not advance it
         model.eval()
         m.update(stats_acc)
         m["lr"] = optimizer.param_groups[0]["lr"]

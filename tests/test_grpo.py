@@ -170,6 +170,34 @@ def test_token_logprobs_equal_naive_full_logits(model, chunk):
     assert (ours[~m] == 0).all()
 
 
+def test_sampled_tokens_logprobs_at_temperature_2_are_the_tempered_softmax(model, tiny_model_dir):
+    # Tokens drawn by the sampler at T = 2 are scored under softmax(logits / 2): what GRPO's policy, old and
+    # reference log-probs must use (TRL / verl divide by T too). At T = 1 they would differ.
+    from transformers import AutoTokenizer
+
+    import agents
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    s = agents.sample(model, tok, ["hello world", "a b"], group_size=3, max_new_tokens=6, temperature=2.0, seed=0)
+    ids = torch.cat([s.prompt_ids, s.completion_ids], 1)  # (B, P+T)
+    am = torch.cat([s.prompt_mask, s.completion_mask], 1)  # (B, P+T)
+    P, m = s.prompt_ids.shape[1], s.completion_mask.bool()
+    with torch.no_grad():
+        ours = grpo.token_logprobs(model, ids, am, P, temperature=2.0)  # (B, T)
+        pos = (am.cumsum(-1) - 1).clamp(min=0)
+        logits = model(ids, attention_mask=am, position_ids=pos).logits[:, P - 1:-1].float()  # (B, T, V)
+        want = F.log_softmax(logits / 2.0, -1).gather(-1, ids[:, P:, None]).squeeze(-1)  # (B, T)
+        at_1 = F.log_softmax(logits, -1).gather(-1, ids[:, P:, None]).squeeze(-1)
+    assert torch.allclose(ours[m], want[m], atol=1e-5)
+    assert not torch.allclose(ours[m], at_1[m], atol=1e-3)
+
+
+def test_token_logprobs_rejects_nonpositive_temperature(model):
+    ids, am, P, _ = ragged_batch()
+    with pytest.raises(ValueError, match="temperature"):
+        grpo.token_logprobs(model, ids, am, P, temperature=0.0)
+
+
 def test_token_logprobs_unchanged_by_left_padding(model):
     ids, am, P, cmask = ragged_batch()
     with torch.no_grad():
@@ -288,8 +316,9 @@ def test_eager_attention_takes_the_plain_path_with_equal_results(tiny_model_dir)
     assert torch.allclose(ours[m], naive_logprobs(model, ids, am, P)[m], atol=1e-5)
 
 
-def test_chunked_head_gradients_equal_autograd_with_bias_and_trainable_head():
-    # The hand-written backward against autograd through the full logits: hidden, weight and bias, uneven chunks.
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 0.7])
+def test_chunked_head_gradients_equal_autograd_with_bias_and_trainable_head(temperature):
+    # The hand-written backward against autograd through the full logits / T: hidden, weight and bias, uneven chunks.
     g = torch.Generator().manual_seed(7)
     h = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(11, 5, generator=g, dtype=torch.float64, requires_grad=True)
@@ -297,8 +326,8 @@ def test_chunked_head_gradients_equal_autograd_with_bias_and_trainable_head():
     t = torch.randint(0, 11, (7,), generator=g)
     fn = grpo._ChunkedHeadLogprob.apply
     # The function's forward computes in float32 by design; compare in that precision against autograd.
-    out = fn(h, w, b, t, 3)
-    ref = F.log_softmax(F.linear(h, w, b).float(), -1).gather(1, t[:, None]).squeeze(1)
+    out = fn(h, w, b, t, 3, temperature)
+    ref = F.log_softmax(F.linear(h, w, b).float() / temperature, -1).gather(1, t[:, None]).squeeze(1)
     assert torch.allclose(out, ref, atol=1e-5)
     gout = torch.randn(7, generator=g, dtype=torch.float32)
     ours = torch.autograd.grad(out, (h, w, b), gout)

@@ -53,10 +53,13 @@ def test_planner_among_all_pass_faster_scores_higher():
     for _ in range(N_RANDOM):
         G = rng.randint(2, 8)
         times = rng.sample([k * 1e-3 for k in range(1, 200)], G)  # distinct, 1 ms .. 0.2 s
-        r = rewards.planner_rewards([[1.0]] * G, [[t] for t in times])
+        # Without a noise floor every time difference counts; with the default floor faster never scores lower.
+        r = rewards.planner_rewards([[1.0]] * G, [[t] for t in times], noise_rel=0.0, noise_abs_s=0.0)
         order_by_time = sorted(range(G), key=lambda g: times[g])
         order_by_reward = sorted(range(G), key=lambda g: -r[g])
         assert order_by_time == order_by_reward
+        r = rewards.planner_rewards([[1.0]] * G, [[t] for t in times])
+        assert all(r[g] >= r[h] for g in range(G) for h in range(G) if times[g] < times[h])
 
 
 def test_planner_equal_pass_rates_tie_broken_by_the_speed_of_all_passing_programs():
@@ -93,15 +96,20 @@ def test_planner_times_of_failing_programs_are_ignored():
 def test_planner_matches_the_reference_formula():
     # Independent straightforward computation: M = 1, all pass, so w_eff = w_time.
     times = [0.004, 0.010, 0.020]   # median 0.010
-    r = rewards.planner_rewards([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0)
+    r = rewards.planner_rewards([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0, noise_rel=0.0,
+                                noise_abs_s=0.0)
     expected = [1.0 + 0.1 / (1.0 + math.exp(-4.0 * (0.010 - t) / 0.010)) for t in times]
+    assert r == pytest.approx(expected, abs=1e-12)
+    # With the noise floor (25% of the median here): the differences shrink by 2.5 ms toward the median.
+    r = rewards.planner_rewards([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0, noise_rel=0.25)
+    expected = [1.0 + 0.1 / (1.0 + math.exp(-4.0 * d / 0.010)) for d in (0.0035, 0.0, -0.0075)]
     assert r == pytest.approx(expected, abs=1e-12)
     assert r[1] == pytest.approx(1.05)  # the median program gets half the bonus
 
 
 def test_planner_time_floor_keeps_microsecond_programs_apart_only_a_little():
     # Below min_cpu_s the reference time is floored: 10 us vs 20 us must not look like 2x.
-    r = rewards.planner_rewards([[1.0], [1.0]], [[1e-5], [2e-5]])
+    r = rewards.planner_rewards([[1.0], [1.0]], [[1e-5], [2e-5]], noise_abs_s=0.0)
     assert r[0] > r[1] and r[0] - r[1] < 1e-3
 
 
@@ -145,14 +153,16 @@ def test_coder_among_all_pass_less_memory_scores_higher():
     for _ in range(N_RANDOM):
         G = rng.randint(2, 10)
         peaks = rng.sample(range(0, 1 << 30, 4096), G)  # distinct peaks, page-sized steps
-        r = rewards.coder_rewards([1.0] * G, peaks)
+        r = rewards.coder_rewards([1.0] * G, peaks, noise_rel=0.0, noise_bytes=0)
         assert sorted(range(G), key=lambda i: peaks[i]) == sorted(range(G), key=lambda i: -r[i])
+        r = rewards.coder_rewards([1.0] * G, peaks)  # with the noise floor: less memory never scores lower
+        assert all(r[i] >= r[j] for i in range(G) for j in range(G) if peaks[i] < peaks[j])
 
 
 def test_coder_o_target_program_gets_the_maximum_bonus():
     rates = [1.0, 1.0, 0.5, 1.0]
     peaks = [3 << 20, 1 << 20, 0, 8 << 20]  # the failing program's 0 bytes must not set O_target
-    r = rewards.coder_rewards(rates, peaks, w_mem=0.1)
+    r = rewards.coder_rewards(rates, peaks, w_mem=0.1, noise_rel=0.0, noise_bytes=0)
     assert r[1] == pytest.approx(1.1) and max(r) == r[1]
     assert r[2] == 0.5
     # Reference formula: (O_target + c) / (peak + c), c = 1 MiB.
@@ -170,7 +180,7 @@ def test_coder_bounded():
 
 def test_coder_zero_peak_and_missing_measurements():
     # Peak 0 (leaner than the no-op baseline) is a valid O_target; a missing peak earns no bonus.
-    r = rewards.coder_rewards([1.0, 1.0, 1.0, 1.0], [0, 4096, None, float("nan")])
+    r = rewards.coder_rewards([1.0, 1.0, 1.0, 1.0], [0, 4096, None, float("nan")], noise_bytes=0)
     assert r[0] == pytest.approx(1.1) and 1.0 < r[1] < r[0] and r[2] == 1.0 and r[3] == 1.0
 
 
@@ -259,3 +269,58 @@ def test_toy_rewards_is_the_fraction_of_target_characters():
     assert rewards.toy_rewards(["aab", "", "xyz", "a"], target="a") == [2 / 3, 0.0, 0.0, 1.0]
     with pytest.raises(ValueError):
         rewards.toy_rewards(["ab"], target="ab")
+
+
+# ------------------------------------------------------------------------------------- noise-aware efficiency
+
+
+def test_planner_copies_of_one_program_with_measured_jitter_get_zero_advantages():
+    # 8 single runs of one MBPP program measured 1.40-1.74 ms of CPU: a group of G thoughts that all lead to that
+    # program must carry no signal (before the noise floor the advantages were +-1).
+    import grpo
+
+    times = [1.40e-3, 1.74e-3, 1.52e-3, 1.61e-3, 1.45e-3, 1.70e-3, 1.55e-3, 1.49e-3]
+    r = rewards.planner_rewards([[1.0]] * 8, [[t] for t in times])
+    adv, stats = grpo.group_advantages(r, 8)
+    assert (adv == 0).all() and stats["zero_var_frac"] == 1.0
+
+
+def test_coder_copies_of_one_program_with_measured_jitter_get_zero_advantages():
+    import grpo
+
+    peaks = [249856, 262144, 253952, 258048, 249856, 262144, 253952, 249856]  # measured range, page steps
+    adv, _ = grpo.group_advantages(rewards.coder_rewards([1.0] * 8, peaks), 8)
+    assert (adv == 0).all()
+
+
+def test_a_tenfold_cost_difference_keeps_the_promised_order():
+    r = rewards.planner_rewards([[1.0], [1.0]], [[1.5e-3], [15e-3]])
+    assert r[0] > r[1]
+    r = rewards.coder_rewards([1.0, 1.0], [300 << 10, 3000 << 10])
+    assert r[0] > r[1]
+
+
+def test_format_gate_puts_format_first():
+    r = rewards.format_gated([1.05, 0.0, 0.5, 1.0], [False, True, True, True], penalty=0.5)
+    assert r == [-0.5, 0.0, 0.5, 1.0]
+    with pytest.raises(ValueError):
+        rewards.format_gated([1.0], [True, False])
+    with pytest.raises(ValueError):
+        rewards.format_gated([1.0], [True], penalty=-1)
+
+
+@pytest.mark.parametrize("b,c,p", [(0, 0, 1.0), (5, 0, 0.0625), (12, 3, 0.03515625), (4, 4, 1.0), (0, 6, 0.03125)])
+def test_mcnemar_exact_equals_the_two_sided_binomial_tail(b, c, p):
+    # Reference values: 2 * sum_{i <= min(b, c)} C(b+c, i) / 2^(b+c), capped at 1.
+    assert rewards.mcnemar_exact(b, c) == pytest.approx(p)
+
+
+def test_mcnemar_rejects_bad_input():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError):
+            rewards.mcnemar_exact(bad, 1)
+
+
+def test_apr_averages_per_problem_not_over_flattened_samples():
+    # Per problem: mean(1, 1, 1) = 1 and mean(0) = 0 -> 0.5; flattened it would be 3/4.
+    assert rewards.apr([[1, 1, 1], [0]]) == 0.5

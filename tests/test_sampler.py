@@ -235,6 +235,17 @@ def test_sample_token_draws_from_the_softmax():
     assert torch.allclose(freq, p, atol=0.01)
 
 
+def test_sample_token_at_temperature_2_draws_from_the_tempered_softmax():
+    # At T = 2 the draws must follow softmax(logits / 2) = p^(1/2) renormalised, not p: a sampler that ignored T
+    # would pass the T = 1 test above but not this one (0.5 vs 0.37 on the first outcome).
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = p.log().expand(40000, 4)
+    draws = agents.sample_token(logits, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=4).float() / 40000
+    want = torch.softmax(p.log() / 2.0, -1)
+    assert torch.allclose(freq, want, atol=0.01) and not torch.allclose(freq, p, atol=0.05)
+
+
 # -------------------------------------------------------------------------------------------- interface
 
 @pytest.mark.parametrize("kwargs", [dict(prompts=[]), dict(prompts=[""]), dict(group_size=0),
