@@ -11,10 +11,11 @@ exactly the case format sandbox.py runs (see CONTRACT.md):
 the plain dict `LOADERS`.
 
 What it is not: it never runs code (no test is executed here, no module of the benchmark is imported)
-and never imports torch. It does not build prompts (agents.py does) and does not download anything:
-every file is found by an explicit path, an environment variable CORECODE_<BENCH>, or a default
-location next to the repo (../shared/data/), and a missing file is one clear error line saying where to
-put it and where it comes from.
+and never imports torch. It does not build prompts (agents.py does). Every file is found by an explicit
+path, an environment variable CORECODE_<BENCH>, or a default location next to the repo (../shared/data/),
+and a missing file is one clear error line saying where to put it and where it comes from. The one
+download is MBPP, the default benchmark: when none of those has it, the original mbpp.jsonl is fetched
+once from a pinned commit into a cache dir and checked against its sha256 (see resolve_mbpp_path).
 
 Failures are data: a malformed line raises ValueError naming the file and line, or, with
 skip_malformed=True, is skipped and counted on stderr ("never a silent drop"). Problems deliberately
@@ -45,6 +46,8 @@ import builtins
 import copy
 import doctest
 import gzip
+import hashlib
+import http.client
 import importlib.util
 import io
 import json
@@ -53,6 +56,8 @@ import pickle
 import pickletools
 import re
 import sys
+import tempfile
+import urllib.request
 import warnings
 import zlib
 from collections import Counter
@@ -273,9 +278,79 @@ def resolve_path(bench, path=None):
     return path
 
 
+# MBPP is the default benchmark, small (0.56 MB) and public, so a fresh clone fetches it on first use
+# instead of asking the user to find it. The URL pins a commit because the file on master has since been
+# edited (other circulating copies differ in tasks 341, 596 and 642); the sha256 is of that exact file.
+MBPP_URL = ("https://raw.githubusercontent.com/google-research/google-research/"
+            "2251e8c67a7fe7d6348714967ee101080b28e956/mbpp/mbpp.jsonl")
+MBPP_SHA256 = "0b7004a79cd62d9ec7ecdd5a6e5f0ef1210ff00b286df3c5d5b57bf38c58e19a"
+MBPP_SIZE = 563_537  # bytes; the download stops reading past this, so a wrong URL cannot fill the disk
+
+
+def mbpp_cache_path():
+    """Where a downloaded MBPP lives: $CORECODE_CACHE/data/mbpp.jsonl (default ~/.cache/corecode)."""
+    root = os.environ.get("CORECODE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "corecode")
+    return os.path.join(root, "data", "mbpp.jsonl")
+
+
 def resolve_mbpp_path(path=None):
-    """MBPP file: explicit path > env CORECODE_MBPP > ../shared/data/mbpp.jsonl (relative to the repo)."""
-    return resolve_path("mbpp", path)
+    """MBPP file: explicit path > env CORECODE_MBPP > ../shared/data/mbpp.jsonl if present > the cached
+    copy (mbpp_cache_path()) > downloaded into the cache now (download_mbpp).
+
+    A path the user names (explicit or CORECODE_MBPP) is never replaced by a download: if it is missing
+    that is the one-line FileNotFoundError of resolve_path.
+    """
+    if path is not None or os.environ.get(_env_var("mbpp")):
+        return resolve_path("mbpp", path)
+    shared = os.path.join(SHARED_DATA, _DEFAULT_FILES["mbpp"])
+    if os.path.isfile(shared):
+        return shared
+    cached = mbpp_cache_path()
+    if not os.path.isfile(cached):
+        download_mbpp(cached)
+    return cached
+
+
+def download_mbpp(dest, url=None):
+    """Fetch mbpp.jsonl from `url` (default $CORECODE_MBPP_URL, else MBPP_URL) to `dest`, verify its
+    sha256, and say on stderr where it went. Stdlib only (urllib), so file:// URLs work too.
+
+    The bytes go to a temp file next to `dest` and are moved into place only after the hash matches, so
+    `dest` is either absent or the verified file: never a partial or wrong one (and two processes racing
+    each write their own temp file). Any failure is one FileNotFoundError line naming the URL, `dest`
+    and how to point at a local copy instead, and leaves nothing behind.
+    """
+    url = url or os.environ.get("CORECODE_MBPP_URL") or MBPP_URL
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest) or ".", prefix=".mbpp.", suffix=".part")
+        digest, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            while size <= MBPP_SIZE:
+                chunk = response.read(min(1 << 16, MBPP_SIZE + 1 - size))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        if digest.hexdigest() != MBPP_SHA256:
+            raise ValueError(f"sha256 mismatch: got {digest.hexdigest()} ({size:,} bytes), expected "
+                             f"{MBPP_SHA256} ({MBPP_SIZE:,} bytes)")
+        os.replace(tmp, dest)
+        tmp = None
+    # URLError, timeouts and disk errors are OSErrors; a malformed URL is a ValueError; a connection cut
+    # mid-body is an http.client.HTTPException (IncompleteRead).
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        why = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the exception says
+        raise FileNotFoundError(
+            f"could not download MBPP from {url} to {dest} ({why}); pass --data PATH / set "
+            f"CORECODE_MBPP=PATH to a local mbpp.jsonl, or CORECODE_MBPP_URL to a mirror") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"data: downloaded MBPP ({size:,} bytes, sha256 verified) from {url} to {dest}", file=sys.stderr)
+    return dest
 
 
 # ---------------------------------------------------------------------------------------------------
