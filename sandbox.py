@@ -534,10 +534,15 @@ _INTEGER = re.compile(r"[+-]?\d+")
 
 
 def _tokens_equal(a: str, b: str) -> bool:
+    """Token `a` of the program's stdout against token `b` of the expected output."""
     if a == b:
         return True
-    if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):
-        return False     # two integers must match exactly: a tolerance would accept wrong big answers
+    if _INTEGER.fullmatch(b):
+        # An expected integer is never matched with a tolerance: a wrong big answer printed in float form
+        # (1.2193263111263626e+17 for 121932631112635269) is within any relative tolerance. Another integer
+        # spelling fails (as checkers compare integer tokens); a non-integer number passes only when its exact
+        # decimal value is the integer (5.0 for 5). Decimal compares exactly without expanding huge exponents.
+        return not _INTEGER.fullmatch(a) and bool(_NUMBER.fullmatch(a)) and decimal.Decimal(a) == decimal.Decimal(b)
     if _NUMBER.fullmatch(a) and _NUMBER.fullmatch(b):
         return math.isclose(float(a), float(b), rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
     return False
@@ -1484,8 +1489,33 @@ def _stop_reason(run, job, baseline_kb, stage):
                      "sys.exit / os._exit or a closed result channel")
 
 
+def _unless_completed(tests, stage, stop, error):
+    """A program whose top level does not complete fails every test (DESIGN rule), including tests
+    that never call it (`assert 1`): its run is not a solution. Returns (tests, error).
+
+    "Completed" = the harness's "ready" line (sent after the program and setup ran) and no failure
+    line; a timeout, signal, exit (any code) or closed result channel before it leaves no "ready".
+    The child could write "ready" itself and then exit, but that only claims what actually finishing
+    would have earned; a forged failure line only fails its own tests. Exit codes play no part."""
+    if "ready" in stage and "failure" not in stage:
+        return tests, error
+    verdict, message = stop
+    return [TestResult(verdict, t.got, message) for t in tests], error or f"{verdict}: {message}"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text):
+    """Text that leaves the sandbox is valid UTF-8: a lone surrogate (an exception message can carry one) would
+    make a tokenizer raise in a repair prompt, so it becomes U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
+
+
 def _finish(job, tests, runs, baseline_kb, error=""):
-    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed)."""
+    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
+    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
+    error = _utf8(error)
     cpu = sum(r["cpu_s"] for r in runs)
     wall = sum(r["wall_s"] for r in runs)
     peak = max([max(0, r["maxrss_kb"] - baseline_kb) * 1024 for r in runs] or [0])
@@ -1501,8 +1531,8 @@ def _finish(job, tests, runs, baseline_kb, error=""):
     first_bad = next((t for t in tests if t.verdict != "passed"), None)
     verdict = first_bad.verdict if first_bad else ("error" if error else "passed")
     return ProgramResult(verdict=verdict, tests=tests, passed=passed, total=len(tests), cpu_s=cpu, wall_s=wall,
-                         peak_bytes=peak, stdout="".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:],
-                         stderr="".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:],
+                         peak_bytes=peak, stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
+                         stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
                          error=error or (first_bad.error if first_bad else ""))
 
 
@@ -1530,7 +1560,8 @@ def _execute_on(worker, job):
         stop = _stop_reason(run, job, baseline, stage)
         flat = [s for _, p in plans for s in p.shown]
         tests = _assert_results(job, plans, lambda k, args: _value_from_entry(values.get(k), flat[k], stop))
-        return _finish(job, tests, runs, baseline, _program_error(stage))
+        tests, error = _unless_completed(tests, stage, stop, _program_error(stage))
+        return _finish(job, tests, runs, baseline, error)
     if job.kind == "functional":
         run = runs[0]
         stage, values = _parse_lines(run["lines"])
@@ -1551,7 +1582,8 @@ def _execute_on(worker, job):
             # float tolerance for call-based answers (LiveCodeBench compares them exactly too).
             ok = _jsonish(got) == _jsonish(expected)
             tests.append(TestResult("passed" if ok else "failed", got=_short(got)))
-        return _finish(job, tests, runs, baseline, _program_error(stage))
+        tests, error = _unless_completed(tests, stage, stop, _program_error(stage))
+        return _finish(job, tests, runs, baseline, error)
     tests = []                      # stdio: one run per case; the verdict is the comparison of stdout
     for case, run in zip(job.cases, runs):
         stage, _ = _parse_lines(run["lines"])
@@ -1626,7 +1658,9 @@ def _execute_interactive(worker, job, plans, rid, budget):
     worker.send({"op": "end"})
     pump(lambda: False)
     msg = state["done"]
-    return _finish(job, tests, msg["runs"], msg["baseline_kb"], _program_error(state["stage"]))
+    stop = _stop_reason(msg["runs"][0], job, msg["baseline_kb"], state["stage"])
+    tests, error = _unless_completed(tests, state["stage"], stop, _program_error(state["stage"]))
+    return _finish(job, tests, msg["runs"], msg["baseline_kb"], error)
 
 
 _ANNOUNCED = set()
@@ -1792,34 +1826,78 @@ def feedback(job: Job, result: ProgramResult, max_cases: int = 1) -> str:
         parts.append("\n".join(lines))
     more = len(bad) - max_cases
     tail = f"\n({more} more failing tests)" if more > 0 else ""
-    return "\n\n".join(parts) + tail
+    return _utf8("\n\n".join(parts) + tail)
 
 
 # ---------------------------------------------------------------------------------------------------
 # CLI: `python sandbox.py --probe` prints the active isolation; `--serve` is the worker entry point.
 # ---------------------------------------------------------------------------------------------------
+def _positive_seconds(text):
+    """argparse type for --time-limit: a finite number of seconds > 0 (RLIMIT_CPU needs one)."""
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _cli_fail(message):
+    """A usage failure: one line on stderr, exit status 2 (no traceback)."""
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _cli_summary(job, result):
+    """The text under the verdict line. feedback() describes failing tests; when none failed but the
+    verdict is not "passed" (a program error with no tests), say that instead of "All tests passed"."""
+    if result.verdict != "passed" and all(t.verdict == "passed" for t in result.tests):
+        return f"The program failed: {result.error or result.verdict}"
+    return feedback(job, result, max_cases=3)
+
+
 def _main(argv):
     import argparse
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Exit status: 0 all tests passed, 1 a test did not pass (or the program did not complete), "
+               "2 usage error.")
     p.add_argument("--serve", action="store_true", help="(internal) run as a fork-server worker")
-    p.add_argument("--isolation", default="auto", choices=["auto", "none"])
+    p.add_argument("--isolation", default="auto", choices=["auto", "none"],
+                   help="auto: user/PID/network/mount namespaces and a minimal read-only root where the kernel "
+                        "allows (falls back with a warning); none: rlimits, sessions and the uid drop only "
+                        "(default: %(default)s)")
     p.add_argument("--probe", action="store_true", help="print which isolation features are active")
     p.add_argument("program", nargs="?", help="a Python file to run against --test statements")
     p.add_argument("--test", action="append", default=[], help="an assert statement (repeatable)")
-    p.add_argument("--time-limit", type=float, default=4.0)
+    p.add_argument("--time-limit", type=_positive_seconds, default=4.0, metavar="SECONDS",
+                   help="CPU seconds for the program's top level and all its tests together; the wall-clock "
+                        f"limit is {WALL_FACTOR:g}x this + {WALL_SLACK_S:g} s (default: %(default)s)")
     args = p.parse_args(argv)
     if args.serve:
         _serve(args.isolation)
         return 0
+    if args.test and not args.program:
+        return _cli_fail("--test needs a PROGRAM file to run the tests against")
+    program = None
+    if args.program and not args.probe:
+        # Read before starting any worker: a wrong path is a usage error, not a sandbox run.
+        try:
+            with open(args.program, encoding="utf-8") as f:
+                program = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            return _cli_fail(f"cannot read program file {args.program!r}: {reason}")
     with SandboxPool(1, isolation=args.isolation) as pool:
-        if args.probe or not args.program:
+        if program is None:
             print(json.dumps(pool.isolation, indent=1))
             return 0
-        with open(args.program) as f:
-            job = Job(program=f.read(), kind="assert", cases=args.test, time_limit_s=args.time_limit)
+        job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
         result = pool.run([job])[0]
         print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
-        print(feedback(job, result, max_cases=3))
+        print(_cli_summary(job, result))
         return 0 if result.verdict == "passed" else 1
 
 

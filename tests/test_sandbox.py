@@ -382,3 +382,19 @@ def test_a_dead_worker_is_replaced():
         first, second = p.run([job]), p.run([job])
     assert first[0].verdict == "error" and "worker" in first[0].error
     assert second[0].verdict == "passed"
+
+
+def test_copies_of_one_passing_program_get_zero_advantages_end_to_end(pool):
+    # What train.py does with a GRPO group whose G programs are the same correct one: run each with repeats (CPU =
+    # min, peak = median), score them, normalise. Measurement jitter alone must not become advantages.
+    import grpo
+    import rewards
+
+    prog = "def f(xs):\n    return sorted(xs)[len(xs) // 2]\n"
+    tests = ["assert f([3, 1, 2]) == 2", "assert f(list(range(101))) == 50"]
+    results = pool.run([sb.Job(prog, "assert", tests, repeat=3) for _ in range(8)])
+    assert all(r.verdict == "passed" for r in results)
+    adv, _ = grpo.group_advantages(rewards.planner_rewards([[1.0]] * 8, [[r.cpu_s] for r in results]), 8)
+    assert (adv == 0).all(), [r.cpu_s for r in results]
+    adv, _ = grpo.group_advantages(rewards.coder_rewards([1.0] * 8, [r.peak_bytes for r in results]), 8)
+    assert (adv == 0).all(), [r.peak_bytes for r in results]

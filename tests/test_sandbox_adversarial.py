@@ -156,6 +156,13 @@ ADVERSARIAL = [
         cases=[{"input": "", "output": "1\n2\n3\n"}]),
     adv("reordered_stdout", "print(3)\nprint(2)\nprint(1)\n", {"failed"}, kind="stdio",
         cases=[{"input": "", "output": "1\n2\n3\n"}]),
+    # --- tolerant stdout comparison: a wrong integer printed as a float must not pass -----------------
+    adv("big_int_as_float", "print(float(121932631112635269))\n", {"failed"}, kind="stdio",
+        cases=[{"input": "", "output": "121932631112635269\n"}]),
+    adv("big_int_as_float_off_by_one", "print('%.17e' % 121932631112635270)\n", {"failed"}, kind="stdio",
+        cases=[{"input": "", "output": "121932631112635269\n"}]),
+    adv("small_int_within_tolerance", "print('1000000.0000001')\n", {"failed"}, kind="stdio",
+        cases=[{"input": "", "output": "1000000\n"}]),
     adv("patch_timers_and_tracemalloc",
         "import time, tracemalloc\ntime.perf_counter = lambda: 0.0\ntime.process_time = lambda: 0.0\n"
         "tracemalloc.get_traced_memory = lambda: (0, 0)\ndef f(x):\n    t = time.thread_time()\n"
@@ -326,3 +333,34 @@ def test_calling_process_survives_and_isolation_is_reported(pool):
     for key in ("pid_ns", "net_ns", "user_ns", "mount_ns", "minimal_root", "drops_to_nobody", "notes"):
         assert key in pool.isolation
     print("isolation:", pool.isolation, file=sys.stderr)
+
+
+
+@pytest.mark.parametrize("got,expected,ok", [
+    ("1.2193263111263626e+17", "121932631112635269", False),  # wrong in its last digits, inside any rel tolerance
+    ("121932631112635270.0", "121932631112635269", False),
+    ("1000000.0000001", "1000000", False),
+    ("1e999999999", "5", False),                               # compared without expanding the exponent
+    ("05", "5", False),                                         # integer tokens compare as written
+    ("5.0", "5", True),                                         # the exact value of the expected integer
+    ("1.21932631112635269e17", "121932631112635269", True),
+    ("3.0000000001", "3.0", True),                              # expected floats keep their tolerance
+])
+def test_expected_integers_are_never_matched_with_a_tolerance(got, expected, ok):
+    assert sb.stdio_equal(got + "\n", expected + "\n") is ok
+
+
+@pytest.mark.parametrize("program", [
+    "def f(x):\n    raise ValueError('bad \\udc80 byte')\n",                       # lone surrogate in an exception
+    "def f(x):\n    return 'x\\ud800y'\n",                                         # ... in a returned value (got)
+    "import sys\nsys.stderr.write('\\udcff')\ndef f(x):\n    raise KeyError('\\ud83d')\n",  # ... stderr + error
+    "def f(x):\n    print('\\udc00' * 50)\n    return None\n",                     # ... in stdout
+])
+def test_text_leaving_the_sandbox_is_valid_utf8(pool, program):
+    # A repair prompt built from this text must tokenize: every string of the result is valid UTF-8.
+    job = sb.Job(program, "assert", list(CASES))
+    r = pool.run([job])[0]
+    assert r.verdict != "passed"
+    for text in [r.error, r.stdout, r.stderr, sb.feedback(job, r, max_cases=2)] + \
+            [t.got for t in r.tests] + [t.error for t in r.tests]:
+        text.encode("utf-8")
