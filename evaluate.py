@@ -49,6 +49,10 @@ from sandbox import SandboxPool
 # MapCoder's agents (retriever, debugger) are here too; a new agent is one more name.
 ADAPTER_ROLES = ("planner", "coder", "retriever", "debugger")
 
+# What `python evaluate.py --bench mbpp` runs: direct coding and Planner -> Coder on the same problems, so the
+# summary carries CoRe-Code's Collaboration Gain.
+DEFAULT_METHODS = ("direct", "planner-coder")
+
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
 # A plain dict so later methods add one line.
 CG_BASELINE = {"planner-coder": "direct", "mapcoder": "direct"}
@@ -272,6 +276,19 @@ def read_records(path: str) -> list:
     return records
 
 
+# Seconds per problem measured on a 2-core CPU (avx512_bf16) with qwen2.5-coder-0.5b-instruct in bf16, greedy, default
+# token caps (README "What to expect"); used only for the rough estimate printed before a run starts.
+CPU_SECONDS_PER_PROBLEM = {"direct": 1.8, "cot": 3.0, "scot": 2.3, "planner-coder": 7.6, "reflexion": 10.9,
+                           "mapcoder": 41.4}
+
+
+def time_estimate(methods: list, problems: int, n: int) -> str:
+    """One line: roughly how long the run takes on a 2-core CPU with the 0.5B model (GPUs: far less)."""
+    s = sum(CPU_SECONDS_PER_PROBLEM.get(m, 5.0) for m in methods) * problems
+    return (f"estimate: ~{s / 60:.0f} min on a 2-core CPU with the 0.5B model in bf16 at n=1 (more samples, larger "
+            f"models or fp32 take longer, a GPU far less); resumable: rerun the same command to continue")
+
+
 def check_adapter_dir(role: str, directory: str) -> None:
     """Fail before loading the model when an adapter dir is not what grpo.save_adapter writes."""
     if not os.path.isfile(os.path.join(directory, "adapter_config.json")):
@@ -325,11 +342,14 @@ def parse_args(argv=None):
                    help="dataset file, overriding the default location (env CORECODE_<BENCH>, then ../shared/data)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="evaluate only the first N problems of the split")
-    p.add_argument("--method", default="planner-coder", choices=list(agents.METHODS) + ["all"],
-                   help="method to run; 'all' runs every method on the same problems (default: %(default)s)")
+    p.add_argument("--method", nargs="+", default=list(DEFAULT_METHODS), choices=list(agents.METHODS) + ["all"],
+                   metavar="METHOD",
+                   help=f"methods to run on the same problems, from {', '.join(agents.METHODS)}, or 'all' "
+                        f"(default: {' '.join(DEFAULT_METHODS)}: the pair that shows the method, with CG)")
     # --- model and adapters ---
-    p.add_argument("--model", required=True, metavar="DIR",
-                   help="HF model directory (or hub id) of the shared base model")
+    p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL, metavar="DIR",
+                   help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
+                        f"{agents.DEFAULT_MODEL}, downloaded by transformers on first use)")
     for role in ADAPTER_ROLES:
         p.add_argument(f"--{role}-adapter", default=None, metavar="DIR",
                        help=f"LoRA adapter dir (grpo.save_adapter format) for the {role}; without it the "
@@ -340,8 +360,8 @@ def parse_args(argv=None):
     # --- sampling ---
     p.add_argument("-n", "--n", type=int, default=1,
                    help="samples per problem; pass@5 needs n >= 5 (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=0.8,
-                   help="sampling temperature; 0 = greedy (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature; 0 = greedy (default: %(default)s); -n > 1 needs a temperature > 0")
     p.add_argument("--max-new-tokens", type=int, default=512,
                    help="token cap of each code completion (default: %(default)s)")
     p.add_argument("--plan-max-new-tokens", type=int, default=256,
@@ -366,19 +386,27 @@ def parse_args(argv=None):
     p.add_argument("--timing-repeats", type=int, default=1, metavar="R",
                    help="run each passing program R times; cpu_ms = min, peak_mb = median (default: %(default)s)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir); "
-                        "re-running with the same settings resumes it")
+                   help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir, "
+                        "plus -a<8 hex digits> when adapters are given: a hash of their paths, which settings.json "
+                        "lists); re-running with the same settings resumes it")
     args = p.parse_args(argv)
     if min(args.n, args.batch_size, args.timing_repeats, args.mapcoder_k) < 1:
         p.error("-n, --batch-size, --timing-repeats and --mapcoder-k must be >= 1")
     if args.mapcoder_t < 0:
         p.error("--mapcoder-t must be >= 0")
+    if args.temperature < 0:
+        p.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature:g}")
+    if args.n > 1 and args.temperature == 0:
+        p.error(f"-n {args.n} with --temperature 0 would repeat one greedy answer {args.n} times: pass a temperature "
+                "> 0 (e.g. 0.8) to sample")
+    if "all" in args.method:
+        args.method = ["all"]
     return args
 
 
 def run(args) -> str:
     """Steps 1-6 of the evaluation; returns the path of summary.json. Raises UsageError on bad inputs."""
-    methods = list(agents.METHODS) if args.method == "all" else [args.method]
+    methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
     out_dir = args.out or default_out_dir(args)
 
     # 1. Problems. Loaded before the model so a missing data file fails in a second, not a minute.
@@ -391,6 +419,7 @@ def run(args) -> str:
     if not problems:
         raise UsageError(f"no problems in {args.bench}/{args.split} (check --split / --data)")
     print(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
+    print(time_estimate(methods, len(problems), args.n))
 
     # 2. Adapters exist; results already in the out dir were made with the same settings (resume). The rows:
     # one per method, or one per adapter combination of an ablated method (--ablate).
@@ -425,13 +454,18 @@ def run(args) -> str:
                 except (FileNotFoundError, ValueError) as e:  # e.g. an adapter trained on another base model
                     raise UsageError(f"--{role}-adapter: {e}") from None
                 loaded.add(role)
-    os.makedirs(out_dir, exist_ok=True)
-    write_settings(settings_path, result_settings(args))
-    with open(os.path.join(out_dir, "args.json"), "w") as f:
-        json.dump(vars(args), f, indent=2)
-    print(json.dumps(vars(args)))
-    if args.temperature == 0 and args.n > 1:
-        print(f"note: temperature 0 is greedy, so the {args.n} samples per problem are identical")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        write_settings(settings_path, result_settings(args))
+        with open(os.path.join(out_dir, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=2)
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
+    if model is not None:
+        print(f"model {args.model} on {next(model.parameters()).device} "
+              f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "
+              f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
+              f"(all arguments: {os.path.join(out_dir, 'args.json')})")
 
     # 5. Generate + execute, chunk by chunk. Each chunk's lines are appended and flushed at once, so a
     # killed run loses at most the chunk in flight.
@@ -440,10 +474,13 @@ def run(args) -> str:
             path = os.path.join(out_dir, f"{name}.jsonl")
             # The row's adapters: every loaded one except those this ablation row switches off.
             agent = make_agent(model, loaded - off) if model is not None else None
-            bar = tqdm(total=len(problems), initial=len(problems) - len(todo[name]), desc=name, unit="problem")
+            # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
+            bar = tqdm(total=len(problems), initial=len(problems) - len(todo[name]), desc=name, unit="problem",
+                       disable=None)
             for start in range(0, len(todo[name]), args.batch_size):
                 chunk = todo[name][start:start + args.batch_size]
                 chunk_problems = [p for _, p in chunk]
+                bar.set_postfix_str(f"generating {len(chunk)} problems x n={args.n}", refresh=True)
                 t0 = time.perf_counter()
                 # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
                 attempts = agents.run_method(
@@ -452,6 +489,7 @@ def run(args) -> str:
                     seed=args.seed + chunk[0][0], agent=agent, pool=pool, repair_rounds=args.repair_rounds,
                     mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t)
                 t1 = time.perf_counter()
+                bar.set_postfix_str(f"executing {sum(map(len, attempts))} programs", refresh=True)
                 # All programs of the chunk go to the pool at once: it runs them in parallel over workers.
                 jobs = [job for p, atts in zip(chunk_problems, attempts)
                         for job in build_jobs(p, atts, args.timing_repeats)]

@@ -160,11 +160,12 @@ def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise
 def format_gated(rewards, format_ok, penalty=0.5):
     """A thought whose format is broken gets -penalty whatever its code scored; the others keep their reward.
 
-    our choice, for the Planner stage (train.py --format-penalty): the reward only scores the code the frozen
-    Coder writes, and the Coder also sees the problem, so the cheapest way up is a plan that says nothing (copied
-    format placeholders, missing parts) and lets the Coder code directly. A pilot at lr 1e-4 drifted there in 8
-    steps (plans with all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed thought that
-    fails (0) beats a broken one that passes (-penalty), so even an all-failing group teaches the format.
+    our choice, for the Planner stage (train.py --format-penalty; what "well formed" means is
+    agents.plan_format_ok): the reward only scores the code the frozen Coder writes, and the Coder also sees the
+    problem, so the cheapest way up is a plan that says nothing (copied format placeholders, missing parts, labels
+    without content) and lets the Coder code directly. A pilot at lr 1e-4 drifted there in 8 steps (plans with
+    all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed thought that fails (0) beats a
+    broken one that passes (-penalty), so even an all-failing group teaches the format.
     penalty 0.5: below every well-formed reward (>= 0), so the order is strict, and small enough that the
     advantages of format errors do not swamp the pass-rate signal in mixed groups.
     """

@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -108,20 +109,32 @@ def reward_toy(results, texts, G, M, args):
 REWARDS = {"planner": reward_planner, "coder": reward_coder, "toy": reward_toy}
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each default once: argparse's "(default: X)" only where the help text does not explain it."""
+
+    def _get_help_string(self, action):
+        return action.help if "default" in (action.help or "") else super()._get_help_string(action)
+
+
 def get_args(argv=None):
     p = argparse.ArgumentParser(
         description="Collaborative GRPO for code generation (CoRe-Code): train the Planner (--stage planner), then "
                     "the Coder (--stage coder); or MapCoder's Retrieval agent (--stage retriever) or Debugging agent "
                     "(--stage debugger) with the other agents frozen. Each agent is a named LoRA adapter on one "
                     "shared base model.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     # model
-    p.add_argument("--stage", choices=sorted(STAGES), required=True, help="which agent to train (see STAGES)")
-    p.add_argument("--model", default=os.environ.get("CORECODE_MODEL"),
-                   help="local HF model dir or hub id (default: $CORECODE_MODEL); e.g. the output of "
-                        "`../shared/models/get-model qwen2.5-coder-0.5b-instruct`")
+    p.add_argument("--stage", choices=sorted(STAGES),
+                   help="which agent to train: planner, coder (after planner), direct (single-agent GRPO baseline: "
+                        "the Coder alone), retriever / debugger (MapCoder's agents), toy (a sanity check)")
+    p.add_argument("--plot", metavar="RUN_DIR", default=None,
+                   help="only redraw RUN_DIR/curves.png from RUN_DIR/metrics.jsonl (needs matplotlib) and exit")
+    p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL,
+                   help=f"local HF model dir or hub id (default: $CORECODE_MODEL, else {agents.DEFAULT_MODEL}, "
+                        "downloaded by transformers on first use)")
     p.add_argument("--device", default=None, help="cuda / cpu / cuda:1 ... (default: cuda when available)")
-    p.add_argument("--dtype", default="auto", help="auto = bf16 on CUDA, fp32 on CPU; or float32/bfloat16/float16")
+    p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
+                   help="weights dtype (default: auto = bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--planner-adapter", default=None,
                    help="PEFT-format adapter dir for the Planner. Stage planner: initialise from it (default: fresh). "
                         "Stage coder: the frozen Planner (default: runs/planner/final/planner; 'none' = base model)")
@@ -136,11 +149,15 @@ def get_args(argv=None):
                         "(default: fresh); other stages: used by the held-out mapcoder evaluation (default: base)")
     # data
     p.add_argument("--bench", default="mbpp", help="training benchmark (a loader in data.py)")
-    p.add_argument("--data", default=None, help="dataset path (default: data.py's default / $CORECODE_MBPP)")
+    p.add_argument("--data", default=None, help="dataset path (default: $CORECODE_<BENCH>, else data.py's default "
+                                                 "location; see README, Data)")
     p.add_argument("--split", default="train", help="training split")
     p.add_argument("--limit", type=int, default=None, help="use only the first N training problems")
     p.add_argument("--eval-split", default="validation", help="held-out split for periodic evaluation")
     p.add_argument("--eval-limit", type=int, default=20, help="held-out problems evaluated (greedy, pass@1)")
+    p.add_argument("--eval-batch-size", type=int, default=16,
+                   help="held-out problems generated together. our choice 16: all 90 MBPP validation problems in one "
+                        "batch ran a 2-core CPU box out of its 24 GB during prefill (0.5B, bf16)")
     # GRPO
     p.add_argument("--num-steps", "--max-steps", dest="num_steps", type=int, default=200, help="optimizer steps")
     p.add_argument("--problems-per-step", type=int, default=4,
@@ -215,12 +232,11 @@ def fail(msg):
 
 
 def check_args(args):
-    if not args.model:
-        fail("no model: pass --model DIR (e.g. MODEL=$(../shared/models/get-model qwen2.5-coder-0.5b-instruct)) "
-             "or set CORECODE_MODEL")
+    if not args.stage:
+        fail("--stage is required (planner, coder, direct, retriever, debugger or toy); see --help")
     for name in ("num_steps", "problems_per_step", "group_size", "downstream_samples", "micro_batch", "ppo_epochs",
                  "max_new_tokens", "plan_max_new_tokens", "lora_r", "keep_last", "mapcoder_k", "logprob_chunk",
-                 "measure_repeats"):
+                 "measure_repeats", "eval_batch_size"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.group_size < 2:
@@ -261,11 +277,12 @@ def public_failures(probs, ctxs, pool):
     return [p for p, _ in kept], [c for _, c in kept]
 
 
-def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None):
+def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None, show=lambda text: None):
     """Returns (Samples of the trained role, one row per (group, g)), the leaves: a (problem, context) per
     (group, g, m), in that order, and the groups' problems. A context dict holds each role's parsed output ("plan",
     "program", ...). A stage with needs_public_failure keeps only the problems whose upstream program fails a public
-    test (`pool` runs them), so there may be fewer groups than problems; with none left it returns (None, [], [], [])."""
+    test (`pool` runs them), so there may be fewer groups than problems; with none left it returns (None, [], [], []).
+    show(text) reports progress (role, rows, tokens so far) to the caller's progress bar."""
     row = STAGES[stage]
     probs, ctxs = list(problems), [{} for _ in problems]
     trained = None
@@ -288,10 +305,12 @@ def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None
             downstream += 1
         prompts = [spec["prompt"](tokenizer, p, c) for p, c in zip(probs, ctxs)]
         budget = args.plan_max_new_tokens if spec["budget"] == "plan" else args.max_new_tokens
+        what = f"sampling {role}: {len(prompts) * k} x <= {budget} tokens"
+        show(what)
         with agent(role):
             s = agents.sample(model, tokenizer, prompts, group_size=k, max_new_tokens=budget, temperature=temperature,
                               top_p=args.top_p if role == row["train"] else 1.0, stop=spec["stop"],
-                              generator=generator)
+                              generator=generator, progress=lambda t, n: show(f"{what} ({t}/{n})"))
         probs = [p for p in probs for _ in range(k)]
         ctxs = [dict(c) for c in ctxs for _ in range(k)]
         for c, p, text in zip(ctxs, probs, s.texts):
@@ -319,6 +338,7 @@ def plan_stats(plans, prefix=""):
         return {}
     return {prefix + "plan_parts_frac": float(np.mean([len(agents.plan_sections(p)) == 4 for p in plans])),
             prefix + "plan_placeholder_frac": float(np.mean([bool(agents.plan_placeholders(p)) for p in plans])),
+            prefix + "plan_ok_frac": float(np.mean([agents.plan_format_ok(p) for p in plans])),
             prefix + "plan_chars": float(np.mean([len(p) for p in plans]))}
 
 
@@ -365,7 +385,8 @@ def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
             attempts = agents.run_method(method, model, tokenizer, problems, n=1, temperature=0.0,
                                          max_new_tokens=args.max_new_tokens,
                                          plan_max_new_tokens=args.plan_max_new_tokens, seed=args.seed, agent=agent,
-                                         pool=pool, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t)
+                                         pool=pool, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t,
+                                         batch_size=args.eval_batch_size)
             results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests) for p, a in zip(problems, attempts)])
             passed = [r.verdict == "passed" for r in results]
             rows += [dict(task_id=p.id, method=method, passed=ok, pass_rate=r.pass_rate, plan=a[0].plan,
@@ -462,27 +483,109 @@ def batch_indices(step, n_problems, per_step, seed):
 
 
 # -----------------------------------------------------------------------------------------------------------------
+# Curves: one PNG next to metrics.jsonl. matplotlib is an optional extra: training never fails for lack of it.
+
+CURVES = (  # (panel title, metrics keys drawn in it)
+    ("reward", ("reward_mean",)),
+    ("pass rate of the programs", ("pass_rate", "all_pass_frac")),
+    ("groups without signal", ("zero_var_frac", "eff_only_frac")),
+    ("KL to the reference", ("kl",)),
+    ("completion length (tokens)", ("completion_len",)),
+    ("plan format (trained thoughts)", ("plan_parts_frac", "plan_placeholder_frac")),
+    ("held-out pass@1 and CG", None),  # every eval_pass1_* key and eval_cg, with step 0 from the *_start keys
+)
+
+
+def plot_curves(run_dir):
+    """Draw <run_dir>/curves.png from <run_dir>/metrics.jsonl: the training signals and the held-out pass@1 of both
+    methods and CG against step. Returns the PNG's path, or None (with a note) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed (pip install matplotlib): no curves.png", file=sys.stderr)
+        return None
+    path = os.path.join(run_dir, "metrics.jsonl")
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    fig, axes = plt.subplots(2, 4, figsize=(18, 7.5))
+    for ax, (title, keys) in zip(axes.flat, CURVES):
+        if keys is None:
+            keys = sorted({k for r in rows for k in r if k.startswith("eval_pass1_") or k == "eval_cg"})
+        for key in keys:
+            pts = [(0, r[key + "_start"]) for r in rows if key + "_start" in r]
+            pts += [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if pts:
+                ax.plot(*zip(*pts), marker="o" if title.startswith("held-out") else None, markersize=4,
+                        label=key.replace("eval_pass1_", "pass@1 ").replace("eval_", ""))
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    axes.flat[-1].axis("off")
+    fig.tight_layout()
+    out = os.path.join(run_dir, "curves.png")
+    fig.savefig(out + ".tmp.png", dpi=80)
+    plt.close(fig)
+    os.replace(out + ".tmp.png", out)
+    return out
+
+
+# -----------------------------------------------------------------------------------------------------------------
 
 
 def main(argv=None):
     args = get_args(argv)
+    if args.plot:
+        if not os.path.isfile(os.path.join(args.plot, "metrics.jsonl")):
+            fail(f"--plot {args.plot}: no metrics.jsonl there")
+        try:
+            out = plot_curves(args.plot)
+        except (ValueError, KeyError, TypeError) as e:
+            fail(f"--plot {args.plot}: metrics.jsonl is not readable: {e}")
+        if out is None:
+            sys.exit(1)
+        print(f"wrote {out}")
+        return
     check_args(args)
     # The sandbox's fork-server workers start before the model: small, clean processes (sandbox.py explains why).
     # The `with` makes sure they are shut down however training ends.
-    with sandbox.SandboxPool(workers=args.workers) as pool:
-        train(args, pool)
+    try:
+        with sandbox.SandboxPool(workers=args.workers) as pool:
+            train(args, pool)
+    except KeyboardInterrupt:
+        ckpts = checkpoint_dirs(args.out)
+        where = f"last checkpoint: {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
+        again = shlex.join(sys.argv[1:] if argv is None else argv)
+        print(f"\ninterrupted: {where}; resume with: python train.py {again}"
+              + ("" if args.resume else " --resume"), file=sys.stderr)
+        sys.exit(130)
+    except OSError as e:  # disk full, --out made read-only during the run, ...
+        fail(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with --resume)")
+
+
+def check_out_dir(args):
+    """--out must be a writable directory (created if missing); --resume needs a checkpoint in it, a new run none."""
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        fail(f"--out {args.out}: cannot create it ({e.strerror})")
+    if not os.access(args.out, os.W_OK | os.X_OK):
+        fail(f"--out {args.out}: not writable; pass another --out")
+    if args.resume and not checkpoint_dirs(args.out):
+        fail(f"--resume: no checkpoint in {args.out} (nothing to continue); drop --resume to start a new run there")
+    if not args.resume and checkpoint_dirs(args.out):
+        fail(f"{args.out} already holds checkpoints: pass --resume to continue, or a new --out")
 
 
 def train(args, pool):
     row = STAGES[args.stage]
     role = row["train"]
-    os.makedirs(args.out, exist_ok=True)
+    check_out_dir(args)
     metrics_path = os.path.join(args.out, "metrics.jsonl")
-    if not args.resume and checkpoint_dirs(args.out):
-        fail(f"{args.out} already holds checkpoints: pass --resume to continue, or a new --out")
-    print(json.dumps(vars(args), indent=1))
-    with open(os.path.join(args.out, "args.json"), "w") as f:
-        json.dump(vars(args), f, indent=1)
 
     # Seeds: python / numpy / torch for init and dropout; a dedicated generator for sampling (saved in checkpoints).
     random.seed(args.seed)
@@ -541,15 +644,20 @@ def train(args, pool):
 
     start = 0
     if args.resume:
-        ckpts = checkpoint_dirs(args.out)
-        if ckpts:
-            start = load_checkpoint(ckpts[-1], model, role, optimizer, scheduler, generator)
-            truncate_metrics(metrics_path, start)
-            print(f"resumed from {ckpts[-1]} (step {start})")
-        else:
-            print(f"--resume: no checkpoint in {args.out}, starting from scratch")
+        ckpts = checkpoint_dirs(args.out)  # check_out_dir made sure there is one
+        start = load_checkpoint(ckpts[-1], model, role, optimizer, scheduler, generator)
+        truncate_metrics(metrics_path, start)
+        print(f"resumed from {ckpts[-1]} (step {start})")
     elif os.path.exists(metrics_path):
         os.remove(metrics_path)
+    # Inputs are valid and the model is loaded: now the run's arguments are worth recording (all of them in
+    # args.json, the ones that matter on one line).
+    with open(os.path.join(args.out, "args.json"), "w") as f:
+        json.dump(vars(args), f, indent=1)
+    print(f"train {args.stage}: model {args.model} | {device} {str(next(model.parameters()).dtype).replace('torch.', '')}"
+          f" | {args.num_steps} steps x {args.problems_per_step} problems x G={args.group_size} | lr {args.lr:g} "
+          f"beta {args.beta:g} | {len(train_set)} {args.bench}/{args.split} problems, eval on {len(eval_set)} "
+          f"{args.eval_split} | out {args.out} (all arguments: args.json)")
     base_name = args.model
 
     helper = row.get("eval_method", "planner-coder")
@@ -560,6 +668,7 @@ def train(args, pool):
         done = m["step"]
         last = done == args.num_steps
         if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
+            show(f"held-out eval on {len(eval_set)} problems")
             m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool, done))
         with open(metrics_path, "a") as f:
             f.write(json.dumps(m) + "\n")
@@ -580,26 +689,33 @@ def train(args, pool):
                        f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
                        f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
                        f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s" + evaluated)
+        if "t_eval" in m or last:
+            plot_curves(args.out)
         # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
         if done % args.save_every == 0 or last:
             save_checkpoint(args.out, done, model, role, optimizer, scheduler, generator, args.keep_last, base_name)
 
     G, M = args.group_size, args.downstream_samples
+    # disable=None: the bar (and the phase shown in it) only on a terminal; in a log file only the step lines.
     bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
-               dynamic_ncols=True)
+               dynamic_ncols=True, disable=None)
+
+    def show(text):
+        bar.set_postfix_str(text, refresh=True)
     for step in bar:
         m = {"step": step + 1}
         batch = [train_set[i] for i in batch_indices(step, len(train_set), args.problems_per_step, args.seed)]
 
         # ---- 0 eval before any update: the baseline Collaboration Gain
         if step == 0 and args.eval_every > 0 and eval_set:
+            show(f"held-out eval on {len(eval_set)} problems")
             m.update({k + "_start": v for k, v in held_out_eval(model, tokenizer, eval_set, args, agent, pool, 0).items()})
             tqdm.write("step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
 
         # ---- 1 sample
         t0 = time.time()
         samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, model, tokenizer, batch, args, generator,
-                                                              agent, pool)
+                                                              agent, pool, show)
         m["t_sample"] = time.time() - t0
         m["groups"] = len(group_probs)
         if samples is None:
@@ -613,6 +729,7 @@ def train(args, pool):
             continue
 
         # ---- 2 execute (the toy stage has nothing to run)
+        show(f"executing {len(leaf_ctxs)} programs")
         t0 = time.time()
         results = [None] * len(leaf_ctxs)
         if row["reward"] != "toy":
@@ -662,6 +779,7 @@ def train(args, pool):
             return ids[:, cols], am[:, cols], cm[:, :right], left
 
         # ---- 5 reference (and old) log-probs, no grad: adapters off = the frozen base = the reference policy
+        show("reference log-probs")
         t0 = time.time()
         ref_lp, old_lp = [], []
         with torch.no_grad():
@@ -680,6 +798,7 @@ def train(args, pool):
         m["t_reference"] = time.time() - t0
 
         # ---- 6 learn: loss over micro-batches (scaled so their sum is the mean over all B completions)
+        show(f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
         t0 = time.time()
         model.train()
         stats_acc = {}

@@ -16,7 +16,7 @@ import evaluate
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # One small, fast setting shared by the end-to-end runs.
-FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "--temperature", "0",
+FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "--temperature", "0", "--dtype", "float32",
         "--max-new-tokens", "16", "--plan-max-new-tokens", "16", "--repair-rounds", "1", "--workers", "2"]
 
 
@@ -151,7 +151,7 @@ def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
     import agents
     import grpo
 
-    model, _ = agents.load_model(tiny_model_dir)
+    model, _ = agents.load_model(tiny_model_dir, dtype="float32")
     grpo.add_lora(model, "planner", r=2)
     grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
     argv = FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
@@ -174,9 +174,9 @@ def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_p
                  types.SimpleNamespace(program="pass", raw="", plan="", rounds=0)] for p in problems]
 
     monkeypatch.setattr(evaluate.agents, "run_method", fake_run_method)
-    # A later flag wins in argparse: -n 2 overrides FAST's -n 1.
-    assert evaluate.main(FAST + ["-n", "2", "--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path,
-                                 "--out", str(tmp_path)]) == 0
+    # A later flag wins in argparse: -n 2 and --temperature 0.8 override FAST's -n 1 and greedy.
+    assert evaluate.main(FAST + ["-n", "2", "--temperature", "0.8", "--method", "direct", "--model", tiny_model_dir,
+                                 "--data", mbpp_path, "--out", str(tmp_path)]) == 0
     with open(tmp_path / "summary.json") as f:
         s = json.load(f)["direct"]
     assert s["pass@1"] == pytest.approx(0.5) and s["apr"] == pytest.approx(0.5)
@@ -208,3 +208,42 @@ def test_missing_adapter_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, 
                                "--coder-adapter", str(tmp_path / "no-adapter")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error:") and "--coder-adapter" in err and len(err.splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# Defaults and bad input as a new user meets them.
+
+
+def test_defaults_are_greedy_the_method_pair_and_the_default_model(monkeypatch):
+    monkeypatch.delenv("CORECODE_MODEL", raising=False)
+    args = evaluate.parse_args(["--bench", "mbpp"])
+    assert args.temperature == 0 and args.n == 1 and args.split == "test"
+    assert args.method == ["direct", "planner-coder"] and args.model == evaluate.agents.DEFAULT_MODEL
+    monkeypatch.setenv("CORECODE_MODEL", "/some/dir")
+    assert evaluate.parse_args([]).model == "/some/dir"
+    assert evaluate.parse_args(["--model", "x/y"]).model == "x/y"
+
+
+@pytest.mark.parametrize("bad,says", [(["--temperature", "-1"], "--temperature"),
+                                      (["-n", "3"], "temperature > 0")])
+def test_bad_sampling_settings_fail_before_anything_loads(tmp_path, bad, says):
+    p = run_cli(["--model", str(tmp_path / "never-loaded"), "--out", str(tmp_path / "o"), *bad])
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_unwritable_out_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    # A path under a regular file cannot be created, even by root (CI runs as root, where chmod would not stop it).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    rc = evaluate.main(FAST + ["--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path,
+                               "--out", str(blocker / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error:") and "--out" in err and len(err.splitlines()) == 1
+
+
+def test_time_estimate_is_printed_before_the_run(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    assert evaluate.main(FAST + ["--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path,
+                                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "estimate: ~" in out and out.index("estimate") < out.index("summary:")

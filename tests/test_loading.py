@@ -13,7 +13,7 @@ def _one_line(err):
 
 
 def test_loads_tiny_model_fp32_on_cpu_in_eval_mode(tiny_model_dir):
-    model, tok = agents.load_model(tiny_model_dir, device="cpu")
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
     assert next(model.parameters()).dtype == torch.float32
     assert next(model.parameters()).device.type == "cpu"
     assert not model.training
@@ -26,8 +26,9 @@ def test_dtype_can_be_overridden(tiny_model_dir):
 
 
 def test_resolve_dtype_defaults_and_bad_name():
-    assert agents.resolve_dtype(None, "cpu") == torch.float32
-    assert agents.resolve_dtype("auto", "cpu") == torch.float32
+    cpu_auto = torch.bfloat16 if agents.cpu_has_bf16() else torch.float32
+    assert agents.resolve_dtype(None, "cpu") == cpu_auto
+    assert agents.resolve_dtype("auto", "cpu") == cpu_auto
     assert agents.resolve_dtype(torch.float16, "cpu") == torch.float16
     with pytest.raises(ValueError, match="unknown dtype"):
         agents.resolve_dtype("float8", "cpu")

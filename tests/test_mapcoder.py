@@ -23,7 +23,7 @@ SENTINEL = "HIDDEN_SENTINEL"  # appears only in hidden tests: it must never reac
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    return agents.load_model(tiny_model_dir, device="cpu")
+    return agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
 
 
 def add_problem(i=0):
@@ -323,7 +323,7 @@ def small(model, out, stage, data, steps=2, extra=()):
     return ["--stage", stage, "--model", model, "--out", str(out), "--data", data, "--limit", "4",
             "--num-steps", str(steps), "--problems-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
             "--plan-max-new-tokens", "16", "--eval-every", "2", "--eval-limit", "2", "--save-every", "1",
-            "--lora-r", "4", "--workers", "2", "--mapcoder-k", "1", "--mapcoder-t", "1", *extra]
+            "--lora-r", "4", "--workers", "2", "--mapcoder-k", "1", "--mapcoder-t", "1", "--dtype", "float32", *extra]
 
 
 def read_metrics(out):
@@ -434,7 +434,7 @@ def test_bad_new_adapter_flag_is_one_error_line(tiny_model_dir, mbpp_path, tmp_p
 # ----------------------------------------------------------------------------------------------------------------
 # evaluate.py: --method mapcoder and --ablate
 
-FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "--temperature", "0",
+FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "--temperature", "0", "--dtype", "float32",
         "--max-new-tokens", "12", "--plan-max-new-tokens", "12", "--workers", "2", "--mapcoder-k", "2",
         "--mapcoder-t", "1"]
 
@@ -465,7 +465,7 @@ def test_plan_rows_ablation_names_and_adapters_off():
 
 
 def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
-    model, _ = agents.load_model(tiny_model_dir)
+    model, _ = agents.load_model(tiny_model_dir, dtype="float32")
     import grpo
 
     for role in ("planner", "coder"):

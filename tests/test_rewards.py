@@ -324,3 +324,12 @@ def test_mcnemar_rejects_bad_input():
 def test_apr_averages_per_problem_not_over_flattened_samples():
     # Per problem: mean(1, 1, 1) = 1 and mean(0) = 0 -> 0.5; flattened it would be 3/4.
     assert rewards.apr([[1, 1, 1], [0]]) == 0.5
+
+
+def test_efficiency_only_groups_are_counted():
+    import train
+
+    # group 1: same pass keys, rewards differ (efficiency alone); group 2: pass rates differ; group 3: all tied.
+    r = [1.05, 1.02, 1.0, 0.0, 0.5, 0.5]
+    keys = [(1.0,), (1.0,), (1.0,), (0.0,), (0.5,), (0.5,)]
+    assert train.efficiency_only_frac(r, keys, 2) == pytest.approx(1 / 3)

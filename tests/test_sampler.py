@@ -4,19 +4,18 @@ One property per test, on the tiny random model. Its stock weights (std 0.02) ma
 collapse to one repeated token, which would make equality tests vacuous, so the `tiny` fixture redraws
 the matrices with a larger scale (in memory only) to get varied, prompt-dependent outputs.
 """
-import os
 
 import pytest
 import torch
 
 import agents
 
-REAL_MODEL = "/root/.cache/corecode/models/qwen2.5-coder-0.5b-instruct"
+from tiny_model import real_model_dir
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    model, tok = agents.load_model(tiny_model_dir, device="cpu")
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
@@ -171,7 +170,7 @@ def test_eos_ends_row_and_mask_includes_eos(tiny):
 
 def test_mask_keeps_eos_when_pad_equals_eos(tiny, tiny_model_dir):
     model, _ = tiny
-    _, tok = agents.load_model(tiny_model_dir, device="cpu")
+    _, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
     prompts = ragged_prompts(tok)
     eos = int(greedy_ids(model, tok, prompts, 6)[0, 2])
     tok.pad_token = tok.convert_ids_to_tokens(eos)  # pad == eos: the classic way to lose the EOS token
@@ -277,9 +276,11 @@ def test_chat_prompt_opens_the_assistant_turn(tiny):
 # ---------------------------------------------------------------------------------------------- real model
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.isdir(REAL_MODEL), reason=f"real model absent: {REAL_MODEL}")
 def test_real_model_greedy_equals_hf_generate():
-    model, tok = agents.load_model(REAL_MODEL, device="cpu")
+    real, where = real_model_dir(build=True)
+    if real is None:
+        pytest.skip(where)
+    model, tok = agents.load_model(real, device="cpu")
     users = ["Write a Python function that reverses a string.", "What is a list comprehension?",
              "Write a function to check whether a number is prime, with a docstring and two examples.", "Hi"]
     prompts = [agents.chat_prompt(tok, "You are a helpful coding assistant.", u) for u in users]

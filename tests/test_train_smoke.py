@@ -22,7 +22,7 @@ def small(model, out, stage, mbpp, steps=2, extra=()):
     return ["--stage", stage, "--model", model, "--out", str(out), "--data", mbpp, "--limit", "4",
             "--num-steps", str(steps), "--problems-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
             "--plan-max-new-tokens", "16", "--eval-every", "2", "--eval-limit", "2", "--save-every", "1",
-            "--lora-r", "4", "--workers", "2", *extra]
+            "--lora-r", "4", "--workers", "2", "--dtype", "float32", *extra]
 
 
 def read_metrics(out):
@@ -114,7 +114,7 @@ def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
 def toy_argv(model, out, steps):
     return ["--stage", "toy", "--model", model, "--out", str(out), "--num-steps", str(steps), "--limit", "8",
             "--problems-per-step", "2", "--group-size", "4", "--max-new-tokens", "8", "--lr", "1e-2",
-            "--warmup-steps", "1", "--eval-every", "0", "--save-every", "2", "--lora-r", "4", "--seed", "3"]
+            "--warmup-steps", "1", "--eval-every", "0", "--save-every", "2", "--lora-r", "4", "--seed", "3", "--dtype", "float32"]
 
 
 def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path):
@@ -147,3 +147,92 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path)
                 assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-9), (g["step"], k)
             else:
                 assert g[k] == w[k], (g["step"], k)
+
+
+def test_direct_stage_is_single_agent_grpo(tiny_model_dir, mbpp_path, tmp_path):
+    # The paper's baseline: the Coder trained on the problem alone; its held-out eval is direct coding (no CG).
+    train.main(small(tiny_model_dir, tmp_path, "direct", mbpp_path))
+    assert os.path.exists(tmp_path / "final" / "coder" / "adapter_config.json")
+    m = read_metrics(tmp_path)
+    assert "eval_pass1_direct_start" in m[0] and "eval_pass1_direct" in m[1]
+    assert not any(k.startswith("eval_cg") or "planner" in k for r in m for k in r)
+    rows = [json.loads(line) for line in open(tmp_path / "eval" / "step_000002.jsonl")]
+    assert {r["method"] for r in rows} == {"direct"} and len(rows) == 2
+
+
+def test_planner_eval_rows_direct_once_and_paired_test(planner_run):
+    # Per-problem rows for both methods at step 0; later evals read direct back (the Coder is frozen) and report
+    # the paired comparison with step 0.
+    start = [json.loads(line) for line in open(planner_run / "eval" / "step_000000.jsonl")]
+    end = [json.loads(line) for line in open(planner_run / "eval" / "step_000002.jsonl")]
+    assert {r["method"] for r in start} == {"planner-coder", "direct"}
+    assert all(r.get("cached_from_step") == 0 for r in end if r["method"] == "direct")
+    last = read_metrics(planner_run)[-1]
+    for key in ("eval_gained", "eval_lost", "eval_mcnemar_p", "eval_plan_parts_frac", "eval_plan_placeholder_frac",
+                "eval_plan_chars", "t_eval"):
+        assert key in last, key
+    for key in ("plan_parts_frac", "plan_placeholder_frac", "plan_chars", "eff_only_frac"):
+        assert key in read_metrics(planner_run)[0], key
+
+
+def test_plot_redraws_curves_from_metrics(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"step": 1, "reward_mean": 0.1, "pass_rate": 0.2, "zero_var_frac": 0.5, "kl": 0.0, "completion_len": 90,
+             "eval_pass1_planner_coder_start": 0.2, "eval_pass1_direct_start": 0.3, "eval_cg_start": -0.1},
+            {"step": 2, "reward_mean": 0.3, "pass_rate": 0.4, "zero_var_frac": 0.5, "kl": 0.01, "completion_len": 80,
+             "plan_parts_frac": 0.9, "eval_pass1_planner_coder": 0.3, "eval_pass1_direct": 0.3, "eval_cg": 0.0}]
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    train.main(["--plot", str(tmp_path)])
+    with open(tmp_path / "curves.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_metrics_is_one_error_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--plot", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "metrics.jsonl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_training_writes_curves_when_matplotlib_is_there(planner_run):
+    pytest.importorskip("matplotlib")
+    assert os.path.getsize(planner_run / "curves.png") > 0
+
+
+def test_unwritable_out_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = small(tiny_model_dir, blocker / "run", "planner", mbpp_path)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "--out" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_resume_without_a_checkpoint_is_refused(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(small(tiny_model_dir, tmp_path / "empty", "planner", mbpp_path, extra=("--resume",)))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "no checkpoint" in err and len(err.strip().splitlines()) == 1
+
+
+def test_args_json_is_written_only_after_inputs_are_valid(tiny_model_dir, tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--stage", "planner", "--model",
+                        tiny_model_dir, "--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and not os.path.exists(tmp_path / "o" / "args.json")
+    assert r.stdout.count("\n") <= 2, r.stdout  # no 50-line argument dump before the error
+
+
+def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, out, 200)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not os.path.isdir(out / "checkpoints" / "step_000002") and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "last checkpoint:" in err and "--resume" in err
+    assert len([line for line in err.splitlines() if "interrupted" in line]) == 1

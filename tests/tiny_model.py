@@ -78,3 +78,35 @@ if __name__ == "__main__":
     import sys
 
     print(build_tiny_model(sys.argv[1] if len(sys.argv) > 1 else "/tmp/tiny-qwen2"))
+
+
+# ---------------------------------------------------------------------------------------------- real models
+
+REAL_MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
+GET_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                         "shared", "models", "get-model")
+
+
+def real_model_dir(name=REAL_MODEL_NAME, build=False):
+    """Where slow tests and benchmarks find a real model, the way the scripts do: $CORECODE_MODEL when it is a
+    directory, else the directory `../shared/models/get-model NAME` writes ($CORECODE_MODELS/NAME or
+    ~/.cache/corecode/models/NAME). With build=True and get-model present, it is run to build the model (minutes
+    the first time). Returns (path or None, a line saying where it looked)."""
+    env = os.environ.get("CORECODE_MODEL")
+    if env and os.path.isdir(env):
+        return env, f"CORECODE_MODEL={env}"
+    root = os.environ.get("CORECODE_MODELS") or os.path.join(os.path.expanduser("~"), ".cache", "corecode", "models")
+    path = os.path.join(root, name)
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return path, path
+    if build and os.path.isfile(GET_MODEL):
+        import subprocess
+        import sys
+
+        r = subprocess.run([sys.executable, GET_MODEL, name], capture_output=True, text=True)
+        built = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else ""
+        if built and os.path.isdir(built):
+            return built, built
+    how = f"set CORECODE_MODEL=DIR, or build it with {GET_MODEL} {name}" if os.path.isfile(GET_MODEL) else \
+        "set CORECODE_MODEL=DIR to a local Hugging Face model directory"
+    return None, f"no real model: not in $CORECODE_MODEL, not at {path}; {how}"

@@ -39,7 +39,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-REAL_MODEL = "/root/.cache/corecode/models/qwen2.5-coder-0.5b-instruct"
 
 # ----------------------------------------------------------------------------------------------------------------
 # config
@@ -355,13 +354,16 @@ def spawn(impl, model_dir):
 
 def main():
     sys.path.insert(0, os.path.dirname(HERE))
-    from tiny_model import build_tiny_model
+    from tiny_model import build_tiny_model, real_model_dir
 
     models = args.models
     if not models:
         models = [build_tiny_model(os.path.join(tempfile.mkdtemp(), "tiny"))]
-        if os.path.exists(os.path.join(REAL_MODEL, "config.json")):
-            models.append(REAL_MODEL)
+        real, where = real_model_dir()
+        if real:
+            models.append(real)
+        else:
+            print(f"0.5B skipped: {where}")
     baselines = [b for b in args.baselines.split(",") if b]
     if "trl" in baselines and importlib.util.find_spec("trl") is None:
         print("TRL is not installed: comparing against the PEFT + HF step instead (see the docstring to install TRL)")

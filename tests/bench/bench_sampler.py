@@ -38,13 +38,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(HERE))
-REAL_MODEL = "/root/.cache/corecode/models/qwen2.5-coder-0.5b-instruct"
+from tiny_model import real_model_dir  # noqa: E402
+
+REAL_MODEL, REAL_WHERE = real_model_dir()
 
 # ----------------------------------------------------------------------------------------------------------------
 # config
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
-parser.add_argument("--real-model", default=REAL_MODEL, help="the 0.5B model dir; skipped cleanly when absent")
+parser.add_argument("--real-model", default=REAL_MODEL,
+                    help="the 0.5B model dir (default: $CORECODE_MODEL, else where ../shared/models/get-model puts "
+                         "it); skipped cleanly when absent")
 parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the speed part (0: torch's "
                     "default). 1 by default: on a shared 2-core machine two OpenMP threads stall at every barrier "
                     "while another job holds a core, which slowed both samplers 10x and pulled the ratio to ~1; "
@@ -293,7 +297,7 @@ def main():
 def run(tmp, device):
     from tiny_model import build_tiny_model
 
-    real = args.real_model if os.path.isdir(args.real_model) else None
+    real = args.real_model if args.real_model and os.path.isdir(args.real_model) else None
 
     # Part 2 first: the memory children must start while this process is still small (ru_maxrss of a child
     # started by exec inherits the parent's high-water mark).
@@ -326,7 +330,7 @@ def run(tmp, device):
         r, _, same = speed(real, False, device)
         real_ratio, identical = f"{r:.3f}", tiny_same and same
     else:
-        print(f"0.5B model absent at {args.real_model}: skipped (build it with ../shared/models/get-model)")
+        print(f"0.5B model skipped: {REAL_WHERE if args.real_model is None else f'{args.real_model} not found'}")
     print(f"RESULT sampler_vs_hf_tiny={tiny_ratio:.3f} sampler_vs_hf_0p5b={real_ratio} "
           f"greedy_identical={str(identical).lower()} ckpt_mem_ratio={ckpt_ratio}")
 
