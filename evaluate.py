@@ -429,6 +429,13 @@ def run(args) -> str:
             check_adapter_dir(role, getattr(args, f"{role}_adapter"))
             given.add(role)
     rows = plan_rows(methods, args.ablate, given)
+    # The out dir must be writable before a minute goes into loading the model (creating it writes nothing in it).
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out_dir}: not writable; pass another --out")
     settings_path = os.path.join(out_dir, "settings.json")
     check_settings(settings_path, result_settings(args))
 

@@ -221,7 +221,7 @@ def get_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: CPU count)")
     args = p.parse_args(argv)
-    args.out = args.out or os.path.join("runs", args.stage)
+    args.out = args.out or os.path.join("runs", args.stage or "")
     return args
 
 

@@ -121,7 +121,7 @@ def test_summary_has_the_promised_keys(all_run):
         assert "pass@5" not in metrics  # n = 1
     assert "cg" in summary["planner-coder"]
     with open(os.path.join(out, "args.json")) as f:
-        assert json.load(f)["method"] == "all"
+        assert json.load(f)["method"] == ["all"]
 
 
 def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypatch):
