@@ -491,7 +491,7 @@ CURVES = (  # (panel title, metrics keys drawn in it)
     ("groups without signal", ("zero_var_frac", "eff_only_frac")),
     ("KL to the reference", ("kl",)),
     ("completion length (tokens)", ("completion_len",)),
-    ("plan format (trained thoughts)", ("plan_parts_frac", "plan_placeholder_frac")),
+    ("plan format (trained thoughts)", ("plan_ok_frac", "plan_parts_frac", "plan_placeholder_frac")),
     ("held-out pass@1 and CG", None),  # every eval_pass1_* key and eval_cg, with step 0 from the *_start keys
 )
 
@@ -513,7 +513,8 @@ def plot_curves(run_dir):
     fig, axes = plt.subplots(2, 4, figsize=(18, 7.5))
     for ax, (title, keys) in zip(axes.flat, CURVES):
         if keys is None:
-            keys = sorted({k for r in rows for k in r if k.startswith("eval_pass1_") or k == "eval_cg"})
+            keys = sorted({k.removesuffix("_start") for r in rows for k in r
+                           if k.startswith("eval_pass1_") or k.startswith("eval_cg")})
         for key in keys:
             pts = [(0, r[key + "_start"]) for r in rows if key + "_start" in r]
             pts += [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
