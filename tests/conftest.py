@@ -27,3 +27,19 @@ def mbpp_path():
     if not os.path.exists(path):
         pytest.skip(f"MBPP not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def toy_mbpp(tmp_path_factory):
+    """A small MBPP-format file of our own (train split, task ids 601-632) for tests that only need prompts: the
+    toy stage rewards characters of the raw text, so the problems' content does not matter. It keeps those tests
+    independent of where the real MBPP lives (CI's clean clone has no ../shared and no internet)."""
+    import json
+
+    path = tmp_path_factory.mktemp("toy-mbpp") / "mbpp.jsonl"
+    with open(path, "w") as f:
+        for i in range(32):
+            f.write(json.dumps({"task_id": 601 + i, "text": f"Write a function to add {i} to a number.",
+                                "code": f"def add_{i}(x):\n    return x + {i}\n", "test_setup_code": "",
+                                "test_list": [f"assert add_{i}(1) == {1 + i}"], "challenge_test_list": []}) + "\n")
+    return str(path)

@@ -20,8 +20,10 @@ def learnable_model_dir(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny-learnable")), init_std=0.3)
 
 
-def run_toy(model_dir, out, steps, extra=()):
-    train.main(["--stage", "toy", "--model", model_dir, "--out", str(out), "--num-steps", str(steps),
+
+def run_toy(model_dir, data, out, steps, extra=()):
+    """The toy stage on `data`: our own small MBPP-format file (conftest.toy_mbpp), only its prompts are used."""
+    train.main(["--stage", "toy", "--model", model_dir, "--out", str(out), "--num-steps", str(steps), "--data", data,
                 "--problems-per-step", "4", "--group-size", "8", "--max-new-tokens", "8", "--lr", "1e-2",
                 "--warmup-steps", "1", "--eval-every", "0", "--save-every", "100", "--limit", "16",
                 "--lora-r", "8", "--beta", "0.01", "--toy-target", "e", "--seed", "0", "--dtype", "float32", *extra])
@@ -30,8 +32,8 @@ def run_toy(model_dir, out, steps, extra=()):
 
 
 @pytest.fixture(scope="module")
-def toy_metrics(learnable_model_dir, tmp_path_factory):
-    return run_toy(learnable_model_dir, tmp_path_factory.mktemp("toy-run"), steps=24)
+def toy_metrics(learnable_model_dir, toy_mbpp, tmp_path_factory):
+    return run_toy(learnable_model_dir, toy_mbpp, tmp_path_factory.mktemp("toy-run"), steps=24)
 
 
 def test_reward_goes_up(toy_metrics):
@@ -50,12 +52,12 @@ def test_no_step_skipped_and_grad_norm_logged(toy_metrics):
     assert all(m["grad_norm"] > 0 for m in toy_metrics)
 
 
-def test_bfloat16_weights_train_with_float32_adapters(learnable_model_dir, tmp_path):
+def test_bfloat16_weights_train_with_float32_adapters(learnable_model_dir, toy_mbpp, tmp_path):
     # The dtype train.py uses on CUDA (bf16 base, float32 LoRA), run here on CPU: every step finite and applied,
     # KL starting at zero, and the adapter saved in float32.
     from safetensors.torch import load_file
 
-    metrics = run_toy(learnable_model_dir, tmp_path, steps=4, extra=("--dtype", "bfloat16"))
+    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=4, extra=("--dtype", "bfloat16"))
     assert len(metrics) == 4 and not any(m.get("skipped") for m in metrics)
     assert all(m["grad_norm"] > 0 and m["grad_norm"] == m["grad_norm"] for m in metrics)
     assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6)
@@ -63,17 +65,17 @@ def test_bfloat16_weights_train_with_float32_adapters(learnable_model_dir, tmp_p
     assert tensors and all(str(t.dtype) == "torch.float32" for t in tensors.values())
 
 
-def test_ppo_epochs_2_moves_the_ratio_and_clipping_binds(learnable_model_dir, tmp_path):
+def test_ppo_epochs_2_moves_the_ratio_and_clipping_binds(learnable_model_dir, toy_mbpp, tmp_path):
     # With one pass per batch the ratio is exactly 1 and clipping is inert; a second pass over the same batch runs
     # after an update, so its ratio differs from 1 and, at this large lr, the clip binds on some tokens.
-    metrics = run_toy(learnable_model_dir, tmp_path, steps=3, extra=("--ppo-epochs", "2", "--lr", "5e-2"))
+    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=3, extra=("--ppo-epochs", "2", "--lr", "5e-2"))
     assert all(m["ratio_mean"] != 1.0 for m in metrics)
     assert any(m["clip_frac"] > 0 for m in metrics)
-    one = run_toy(learnable_model_dir, tmp_path / "one", steps=1)
+    one = run_toy(learnable_model_dir, toy_mbpp, tmp_path / "one", steps=1)
     assert one[0]["ratio_mean"] == 1.0 and one[0]["clip_frac"] == 0.0
 
 
-def test_lr_schedule_counts_updates_not_skipped_steps(learnable_model_dir, tmp_path, monkeypatch):
+def test_lr_schedule_counts_updates_not_skipped_steps(learnable_model_dir, toy_mbpp, tmp_path, monkeypatch):
     # Step 1's loss is made non-finite: its update is dropped, and the warm-up must not advance for it.
     real, calls = train.grpo.grpo_loss, []
 
@@ -83,7 +85,7 @@ def test_lr_schedule_counts_updates_not_skipped_steps(learnable_model_dir, tmp_p
         return (loss * float("nan"), st) if len(calls) == 1 else (loss, st)
 
     monkeypatch.setattr(train.grpo, "grpo_loss", poisoned)
-    metrics = run_toy(learnable_model_dir, tmp_path, steps=2, extra=("--warmup-steps", "4", "--micro-batch", "32"))
+    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=2, extra=("--warmup-steps", "4", "--micro-batch", "32"))
     assert metrics[0].get("skipped") and not metrics[1].get("skipped")
     # lr after the skipped step: still the first warm-up value (1/4); after the first real update: 2/4.
     assert metrics[0]["lr"] == pytest.approx(1e-2 / 4) and metrics[1]["lr"] == pytest.approx(1e-2 * 2 / 4)

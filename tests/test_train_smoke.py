@@ -111,18 +111,19 @@ def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
     assert r.stderr.strip().startswith("error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def toy_argv(model, out, steps):
+def toy_argv(model, out, steps, data):
     return ["--stage", "toy", "--model", model, "--out", str(out), "--num-steps", str(steps), "--limit", "8",
+            "--data", data,
             "--problems-per-step", "2", "--group-size", "4", "--max-new-tokens", "8", "--lr", "1e-2",
             "--warmup-steps", "1", "--eval-every", "0", "--save-every", "2", "--lora-r", "4", "--seed", "3", "--dtype", "float32"]
 
 
-def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path):
+def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, toy_mbpp, tmp_path):
     steps = 10
     full, killed = tmp_path / "full", tmp_path / "killed"
-    train.main(toy_argv(tiny_model_dir, full, steps))
+    train.main(toy_argv(tiny_model_dir, full, steps, toy_mbpp))
     # Start the same run in a subprocess, SIGKILL it as soon as its step-2 checkpoint exists, resume it.
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, killed, steps)]
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, killed, steps, toy_mbpp)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not os.path.isdir(killed / "checkpoints" / "step_000002") and time.time() < deadline:
@@ -224,9 +225,9 @@ def test_args_json_is_written_only_after_inputs_are_valid(tiny_model_dir, tmp_pa
     assert r.stdout.count("\n") <= 2, r.stdout  # no 50-line argument dump before the error
 
 
-def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tiny_model_dir, tmp_path):
+def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tiny_model_dir, toy_mbpp, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, out, 200)]
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, out, 200, toy_mbpp)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not os.path.isdir(out / "checkpoints" / "step_000002") and time.time() < deadline:
