@@ -114,7 +114,7 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
     return [p + w_eff * b for p, b in zip(P, B)]
 
 
-def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise_rel=0.1, noise_bytes=256 << 10):
+def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise_rel=0.1, noise_bytes=1 << 20):
     """Rewards of one group of G programs written from the same thought. Returns G floats in
     [0, 1 + w_mem].
 
@@ -133,11 +133,12 @@ def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise
     smooth_bytes: our choice 1 MiB added to both peaks: a ratio O_target/peak needs a guard anyway (the
         sandbox reports peak memory *above a no-op child*, often 0 for tiny programs), and differences
         of a few hundred kilobytes should move the bonus only a little.
-    noise_rel, noise_bytes: our choice 10% of O_target and 256 KiB: below that a difference is allocator and
-        page-granularity noise. Measured: 8 single runs of one MBPP program peaked at 249,856-262,144 B; 8 copies
-        of one small program, each the median of 3 runs, at 208,896-282,624 B (72 KiB apart), so the floor is
-        ~4x the widest spread seen. Without a floor, GRPO's group normalisation turns that jitter into
-        advantages of about +-1.
+    noise_rel, noise_bytes: our choice 10% of O_target and 1 MiB: below that a difference is allocator and
+        page-granularity noise. Measured: copies of one small program, each the median of 3 runs, differ by a
+        per-worker offset (the fork server's heap layout decides whether the run's allocations land on resident
+        pages), 72-170 KiB apart on one machine and 287 KiB (294,912 vs 581,632 B) on another; repeats on the
+        same worker do not remove it. 1 MiB is ~3.5x the widest spread seen. Without a floor, GRPO's group
+        normalisation turns that jitter into advantages of about +-1.
     An all-passing program whose peak is missing (None / NaN / < 0) earns no bonus (reward exactly 1):
         our choice, because a failed measurement must never be rewarded.
     """

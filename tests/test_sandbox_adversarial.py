@@ -245,7 +245,8 @@ def assert_unharmed(pool, uid_before):
     for path in OUTSIDE + [f"/tmp/pwned-sys-{TOKEN}"]:
         assert not os.path.exists(path), f"the program wrote {path}"
     clean = pool.run([sb.Job("def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")] * 2)
-    assert [r.verdict for r in clean] == ["passed", "passed"], "the next run is not clean"
+    assert [r.verdict for r in clean] == ["passed", "passed"], \
+        f"the next run is not clean: {[(r.verdict, r.error, [t.error for t in r.tests]) for r in clean]}"
 
 
 def _skip_unless(pool, needs):
