@@ -79,8 +79,8 @@ import re
 import reprlib
 import resource
 import select
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -988,8 +988,9 @@ def _new_run_dir():
     environment naming it is set once; created empty before each run and removed after it."""
     st = _STATE
     st.run_counter += 1
-    if os.path.lexists(st.run_dir):
-        _remove_tree(st.run_dir)       # left over from a run whose cleanup failed: never reuse it
+    if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
+        # Left over from a run and not removable: never reuse it; move it out of the way.
+        os.rename(st.run_dir, f"{st.run_dir}.stale{st.run_counter}")
     os.mkdir(st.run_dir, 0o700)
     if st.is_root:
         os.chown(st.run_dir, RUN_UID, RUN_UID)
@@ -997,18 +998,58 @@ def _new_run_dir():
 
 
 def _remove_tree(path):
-    """Remove a run directory whatever the program did to its permissions."""
-    def fix(func, p, exc):
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-        except OSError:
-            pass
-        try:
-            func(p)
-        except OSError:
-            pass
-    shutil.rmtree(path, onerror=fix)
+    """Remove a run directory whatever the program did to it: permissions taken away, and a tree of
+    any depth (a recursive walk such as shutil.rmtree hits RecursionError, absolute paths hit
+    PATH_MAX). Iterative and relative to one open directory at a time: descend into the first
+    subdirectory, come back up with "..". The program is dead, so nothing moves meanwhile.
+    Returns False when something could not be removed (the caller never reuses such a directory)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):    # a link or a file in its place
+            os.unlink(path)
+            return True
+        os.chmod(path, 0o700)            # a real directory (lstat said so), not a link's target
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    names = []                           # the path from `path` to fd, one component each
+    try:
+        while True:
+            try:
+                os.fchmod(fd, 0o700)     # a directory the program made unreadable or unwritable
+            except OSError:
+                pass
+            sub = None
+            with os.scandir(fd) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        sub = sub or e.name
+                        continue
+                    try:
+                        os.unlink(e.name, dir_fd=fd)
+                    except OSError:
+                        pass
+            if sub is not None:
+                child = os.open(sub, flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)     # fails only on what we cannot remove: give up
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
 
 
 def _clear_runs_dir():

@@ -314,6 +314,30 @@ def test_setsid_daemon_does_not_survive(pool):
     assert_unharmed(pool, uid_before)
 
 
+DEEP_TREES = {
+    # 3,000 levels: a recursive remover (shutil.rmtree) raises RecursionError, which restarted the worker.
+    "deep": "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n",
+    # 120 levels of 250-character names: 30,000 characters of path, far past PATH_MAX (4,096).
+    "long_names": "import os\nfor _ in range(120):\n    os.mkdir('n' * 250)\n    os.chdir('n' * 250)\n",
+    # Levels the program made unreadable and unwritable, with files in them.
+    "locked": "import os\nfor i in range(50):\n    os.mkdir('d')\n    open('f', 'w').write('x')\n"
+              "    os.chdir('d')\nos.chdir('/'.join(['..'] * 25))\nos.chmod('.', 0)\n",
+}
+
+
+@pytest.mark.parametrize("tree", sorted(DEEP_TREES))
+def test_a_left_over_directory_tree_is_removed_without_restarting_the_worker(pool, tree):
+    # A correct program that leaves a tree in its run directory: the run passes, cleanup removes the
+    # tree, the same fork servers keep serving, and the next runs are clean.
+    pids = [w.proc.pid for w in pool._workers]
+    job = sb.Job(DEEP_TREES[tree] + "def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f",
+                 time_limit_s=5.0)
+    results = pool.run([job] * len(pids))
+    assert [r.verdict for r in results] == ["passed"] * len(pids), [r.error for r in results]
+    assert_unharmed(pool, _uid_processes(sb.RUN_UID))
+    assert [w.proc.pid for w in pool._workers] == pids, "a worker was restarted"
+
+
 def test_expected_values_never_reach_the_child(pool):
     # The program scans everything it can reach in memory for the expected answers of the asserts.
     # The needles are built at run time so that the program's own source does not contain them
