@@ -755,6 +755,7 @@ class _ServerState:
         self.run_dir = None       # the one run directory (re-created for every run)
         self.run_counter = 0
         self.baseline_kb = 0
+        self.client = None        # _LineReader of the client channel: its end of file ends every run
         self.is_root = os.geteuid() == 0
 
 
@@ -1145,7 +1146,9 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
             kill()
         watch = [pidfd] if pidfd is not None else []
         if proto:
-            watch += [res_r] + ([proto[0].fd] if not proto[0].eof else [])
+            watch.append(res_r)
+        if st.client is not None and not st.client.eof:
+            watch.append(st.client.fd)     # a client that dies (kill -9) must not leave the run going
         timeout = max(left, 0.05) if limit_hit is None else 1.0
         ready, _, _ = select.select(watch, [], [], timeout if pidfd is not None else min(timeout, 0.005))
         if pidfd is None or pidfd in ready:
@@ -1158,9 +1161,13 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
             if len(results) > RESULT_LIMIT_BYTES and limit_hit is None:
                 limit_hit = "output_limit"
                 kill()
-        if proto and proto[0].fd in ready:
-            proto[0].fill()
-            for line in proto[0].pop_lines():
+        if st.client is not None and st.client.fd in ready:
+            st.client.fill()
+            if st.client.eof and limit_hit is None:
+                limit_hit = "client_gone"
+                kill()
+        if proto and st.client is not None:
+            for line in st.client.pop_lines():
                 msg = json.loads(line)
                 if msg.get("op") == "eval" and req_w is not None:
                     try:
@@ -1270,7 +1277,7 @@ def _serve(mode):
     _measure_baseline()
     _send(proto_out, {"op": "hello", "features": _STATE.features, "baseline_kb": _STATE.baseline_kb,
                       "python": sys.version.split()[0]})
-    reader = _LineReader(proto_in)
+    reader = _STATE.client = _LineReader(proto_in)
     while True:
         line = reader.read_line()
         if line is None:
@@ -1287,9 +1294,12 @@ def _serve(mode):
         try:
             limits = {"time_limit_s": float(job["time_limit_s"]), "memory_limit_mb": int(job["memory_limit_mb"])}
             if job["kind"] == "stdio":
-                runs = [_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": ""}, limits,
-                                        stdin_bytes=text.encode("utf-8", "surrogatepass"))
-                        for text in job["inputs"]]
+                runs = []
+                for text in job["inputs"]:
+                    if reader.eof:
+                        break
+                    runs.append(_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": ""}, limits,
+                                                stdin_bytes=text.encode("utf-8", "surrogatepass")))
             else:
                 spec = {k: job.get(k) for k in ("kind", "program", "setup", "fn_name", "snippets", "batch", "inputs")}
                 proto = None if job.get("batch", True) or job["kind"] != "assert" else (reader, proto_out)
@@ -1297,6 +1307,8 @@ def _serve(mode):
         except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
             _send(proto_out, {"op": "done", "id": msg.get("id"), "server_error": f"{type(e).__name__}: {e}"})
             continue
+        if reader.eof:
+            continue         # the client is gone: nobody to answer; the next read_line ends the server
         if _STATE.run_counter % BASELINE_EVERY < len(runs):
             _measure_baseline()
         _send(proto_out, {"op": "done", "id": msg.get("id"), "runs": runs, "baseline_kb": _STATE.baseline_kb})

@@ -15,7 +15,9 @@ process) under RLIMIT_NPROC in a throw-away script before the unbounded one was 
 References: the reward-hacking reports listed in sandbox.py.
 """
 import os
+import signal
 import socket
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -336,6 +338,40 @@ def test_a_left_over_directory_tree_is_removed_without_restarting_the_worker(poo
     assert [r.verdict for r in results] == ["passed"] * len(pids), [r.error for r in results]
     assert_unharmed(pool, _uid_processes(sb.RUN_UID))
     assert [w.proc.pid for w in pool._workers] == pids, "a worker was restarted"
+
+
+def _alive(pid):
+    """True if pid is a live process (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_killing_the_client_ends_its_workers_and_their_runs(tmp_path):
+    # A client (an evaluate.py, say) killed with SIGKILL mid-run: its workers notice the closed channel,
+    # kill the run and exit, instead of serving out a 20 s time limit.
+    script = tmp_path / "client.py"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script.write_text(f"import sys\nsys.path.insert(0, {root!r})\nimport sandbox as sb\npool = sb.SandboxPool(2)\n"
+                      "print(' '.join(str(w.proc.pid) for w in pool._workers), flush=True)\n"
+                      "pool.run([sb.Job('import time\\ntime.sleep(60)\\n', 'assert', ['assert 1'], time_limit_s=20)] * 2)\n")
+    client = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in client.stdout.readline().split()]
+        assert len(pids) == 2
+        time.sleep(1.0)                          # both runs are sleeping now
+        servers = set().union(*(_descendants(p) for p in pids))
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        deadline = time.monotonic() + 5.0
+        while any(_alive(p) for p in pids + sorted(servers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids + sorted(servers) if _alive(p)], "workers outlived their client"
+    finally:
+        client.kill()
+        client.stdout.close()
 
 
 def test_expected_values_never_reach_the_child(pool):
