@@ -136,8 +136,8 @@ def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise
     noise_rel, noise_bytes: our choice 10% of O_target and 1 MiB: below that a difference is allocator and
         page-granularity noise. Measured: copies of one small program, each the median of 3 runs, differ by a
         per-worker offset (the fork server's heap layout decides whether the run's allocations land on resident
-        pages), 72-170 KiB apart on one machine and 287 KiB (294,912 vs 581,632 B) on another; repeats on the
-        same worker do not remove it. 1 MiB is ~3.5x the widest spread seen. Without a floor, GRPO's group
+        pages), 72-170 KiB apart; repeats on the same worker do not remove it. (CI once saw 287 KiB, partly a
+        stale sandbox baseline, since fixed.) 1 MiB is ~3.5x the widest spread seen. Without a floor, GRPO's group
         normalisation turns that jitter into advantages of about +-1.
     An all-passing program whose peak is missing (None / NaN / < 0) earns no bonus (reward exactly 1):
         our choice, because a failed measurement must never be rewarded.

@@ -107,7 +107,8 @@ SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
 RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
-BASELINE_EVERY = 256            # re-measure the no-op child's max RSS every this many runs
+BASELINE_EVERY = 256            # re-measure the no-op child's max RSS every this many runs,
+BASELINE_DRIFT_KB = 64          # and whenever the server's own resident size moved this much since
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
@@ -478,6 +479,55 @@ def _plan_statement(statement: str, fn_name: str, prior_bound: frozenset) -> _Pl
                  shown=tuple(splitter.shown), batchable=batchable, binds=binds, modules=tuple(modules))
 
 
+def _free_loads(node):
+    """Names an expression reads, minus those its own comprehensions and lambdas bind."""
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return loads - _bound_names(node)
+
+
+@lru_cache(maxsize=1024)
+def _parent_setup(setup: str):
+    """The part of a job's setup that binds *data* and needs nothing from the program, to run in the
+    parent too: (compiled code, names it binds). Tests then read those names from the parent, never
+    from the child, where the program could have changed them (HumanEval/151 keeps its expected value
+    in setup: `_corecode_odd_sum = sum(...)`; a candidate that rebinds that global, or patches `sum`,
+    must not decide its own expected value).
+
+    Kept: assignments to plain names whose right side reads only builtins and names kept before, and
+    imports of trusted modules, each checked by running it here. Everything else stays child-only:
+    defs and classes (HumanEval's fallback helper calls the candidate), and data built from the
+    program's own names (MBPP/367 builds `root = Node(1)` from the program's class Node); a name such
+    a statement rebinds is the child's from then on."""
+    try:
+        tree = ast.parse(setup)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None, frozenset()
+    kept, names = [], set()
+    ns = _parent_namespace(())
+    for node in tree.body:
+        binds = _bound_names(node)
+        ok = False
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            ok = _free_loads(node.value) <= (names | _BUILTIN_NAMES)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            ok = not getattr(node, "level", 0) and all(m.split(".")[0] in TRUSTED_MODULES for m in mods)
+        if ok:
+            code = compile(ast.Module(body=[node], type_ignores=[]), "<setup>", "exec")
+            try:
+                exec(code, ns)
+            except Exception:
+                ok = False
+        if ok:
+            kept.append(node)
+            names |= binds
+        else:
+            names -= binds
+    if not kept:
+        return None, frozenset()
+    return compile(ast.Module(body=kept, type_ignores=[]), "<setup>", "exec"), frozenset(names)
+
+
 class _CandidateFailure(BaseException):
     """Raised into parent-side test code when a candidate value is missing or refused.
 
@@ -755,6 +805,7 @@ class _ServerState:
         self.run_dir = None       # the one run directory (re-created for every run)
         self.run_counter = 0
         self.baseline_kb = 0
+        self.baseline_rss_kb = 0  # the server's resident size when baseline_kb was measured
         self.client = None        # _LineReader of the client channel: its end of file ends every run
         self.is_root = os.geteuid() == 0
 
@@ -867,14 +918,19 @@ def _build_minimal_root():
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _vm_bytes():
-    """The server's current virtual size: the address-space limit is counted on top of it."""
+def _statm(field):
+    """One field of the server's /proc/self/statm in bytes (0 = virtual size, 1 = resident), 0 if unknown."""
     if _STATE.statm_fd is None:
         return 0
     try:
-        return int(os.pread(_STATE.statm_fd, 256, 0).split()[0]) * resource.getpagesize()
+        return int(os.pread(_STATE.statm_fd, 256, 0).split()[field]) * resource.getpagesize()
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def _vm_bytes():
+    """The server's current virtual size: the address-space limit is counted on top of it."""
+    return _statm(0)
 
 
 class _CapHeader(ctypes.Structure):
@@ -1240,6 +1296,14 @@ def _measure_baseline():
     obs = _spawn_and_wait({"kind": "assert", "program": "", "setup": "", "snippets": [], "batch": True},
                           {"time_limit_s": 5.0, "memory_limit_mb": 256})
     _STATE.baseline_kb = obs["maxrss_kb"]
+    _STATE.baseline_rss_kb = _statm(1) // 1024
+
+
+def _baseline_is_stale():
+    """A child starts with the server's resident pages: when the server grew (a large job or reply
+    passed through it) or shrank since the baseline was taken, every peak would carry the difference
+    (measured: 5.6 MB on every run of one worker after a large job, against 0.26 MB on the other)."""
+    return abs(_statm(1) // 1024 - _STATE.baseline_rss_kb) > BASELINE_DRIFT_KB
 
 
 def _preload():
@@ -1291,6 +1355,8 @@ def _serve(mode):
         if msg.get("op") != "run":
             continue     # late "eval"/"end" for a run that already finished
         job = msg["job"]
+        if _baseline_is_stale():
+            _measure_baseline()      # before the run, from the state the run forks from
         try:
             limits = {"time_limit_s": float(job["time_limit_s"]), "memory_limit_mb": int(job["memory_limit_mb"])}
             if job["kind"] == "stdio":
@@ -1391,7 +1457,7 @@ def _request(job):
     if job.kind == "assert":
         # Cases run in order in one parent namespace (like one module), so a name bound by an
         # earlier case (`x = f(1)`) is the parent's in later cases too.
-        bound = frozenset()
+        bound = _parent_setup(job.setup)[1] if job.setup else frozenset()
         snippets, batch = [], True
         for case in job.cases:
             plan = _plan_statement(str(case), job.fn_name, bound)
@@ -1486,6 +1552,9 @@ def _assert_results(job, plans, lookup):
     results = []
     modules = sorted({m for _, plan in plans for m in plan.modules})
     ns = _parent_namespace(modules)      # one per job: cases share it, jobs never do
+    setup_code = _parent_setup(job.setup)[0] if job.setup else None
+    if setup_code is not None:
+        exec(setup_code, ns)             # the setup's data, computed here (checked by _parent_setup)
     for offset, plan in plans:
         if plan.error:
             results.append(TestResult("error", error=plan.error))

