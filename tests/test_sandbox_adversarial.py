@@ -306,6 +306,42 @@ def test_patched_timers_do_not_fool_cpu_measurement(pool):
     assert result.cpu_s >= 0.12
 
 
+# Helpers that burn CPU the program's process never waits for. Each helper signals through a pipe once it
+# has used 0.4 s of CPU, so the run cannot end before that, however busy the machine.
+_BURN = "t = time.process_time()\nwhile time.process_time() - t < 0.4:\n    pass\nos.write(w, b'x')\n"
+_FOREVER = "while True:\n    pass\n"
+
+
+def _indent(code, n):
+    return "".join(" " * n + line + "\n" for line in code.splitlines())
+
+
+HIDDEN_CPU = {
+    "helper_exits_unwaited": "if os.fork() == 0:\n" + _indent(_BURN + "os._exit(0)", 4) + "os.read(r, 1)\n",
+    "helper_still_running": "if os.fork() == 0:\n" + _indent(_BURN + _FOREVER, 4) + "os.read(r, 1)\n",
+    "orphaned_grandchild": "if os.fork() == 0:\n    if os.fork() == 0:\n" + _indent(_BURN + _FOREVER, 8)
+                           + "    os._exit(0)\nos.read(r, 1)\n",
+    "helper_forked_in_the_call": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_CPU))
+def test_cpu_of_helper_processes_is_counted(pool, name):
+    # The Planner reward uses CPU time: CPU burnt in helpers must not vanish from it (it did, as 3 ms,
+    # for helpers still running when the program's process ended). The run's init reaps them all.
+    _skip_unless(pool, ("pid_ns",))
+    if HIDDEN_CPU[name] is None:
+        program = "import os, time\ndef f(x):\n    r, w = os.pipe()\n" + _indent(HIDDEN_CPU["helper_still_running"], 4) \
+            + "    return x + 1\n"
+    else:
+        program = "import os, time\nr, w = os.pipe()\n" + HIDDEN_CPU[name] + "def f(x):\n    return x + 1\n"
+    uid_before = _uid_processes(sb.RUN_UID)
+    result = pool.run([sb.Job(program, "assert", list(CASES[:1]), fn_name="f", time_limit_s=3.0)])[0]
+    assert result.verdict == "passed", (result.verdict, result.error)
+    assert result.cpu_s >= 0.35, result.cpu_s
+    assert_unharmed(pool, uid_before)
+
+
 def test_setsid_daemon_does_not_survive(pool):
     # The daemon sleeps 60 s; after the run no process of the run's uid and nothing under a worker remains.
     _skip_unless(pool, ("pid_ns",))
