@@ -203,6 +203,15 @@ def _uid_processes(uid):
     return pids
 
 
+def _children(pid):
+    """Direct children of pid (from /proc/<pid>/task/*/children)."""
+    out = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            out |= {int(c) for c in fh.read().split()}
+    return out
+
+
 def _descendants(root):
     """All processes below `root` (via PPid in /proc)."""
     children = {}
@@ -223,17 +232,51 @@ def _descendants(root):
     return out
 
 
+NS_GET_PARENT = 0xB702      # ioctl on a namespace fd: an fd of its parent namespace (Linux >= 4.9)
+
+
+def _pid_ns_chain(pid):
+    """Inodes of pid's PID namespace and of every namespace above it, innermost first."""
+    import fcntl
+    chain = []
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    except OSError:
+        return chain
+    while True:
+        chain.append(os.fstat(fd).st_ino)
+        try:
+            parent = fcntl.ioctl(fd, NS_GET_PARENT)
+        except OSError:          # the top, or a namespace we may not see
+            os.close(fd)
+            return chain
+        os.close(fd)
+        fd = parent
+
+
+def _pool_processes(pool):
+    """Processes inside the pool's own PID namespaces (a worker's, or a run's nested in it), other
+    than the fork servers: whoever else uses this machine, nothing of theirs is in there."""
+    servers = {p for w in pool._workers for p in _children(w.proc.pid)}     # the shim's one child
+    roots = {_pid_ns_chain(p)[0] for p in servers if _pid_ns_chain(p)}
+    inside = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in servers and roots & set(_pid_ns_chain(int(name))):
+            inside.add(int(name))
+    return inside
+
+
 def _leftovers(pool, uid_before):
-    """Processes that outlived a run: new processes of the run's uid, and anything under a worker
-    other than the fork server itself (the worker's shim has exactly one child, the server)."""
+    """Processes that outlived a run. With PID namespaces: anything in the pool's namespaces but the
+    fork servers (scoped to this pool, so other sandboxes on the machine cannot make it fail).
+    Without: new processes of the run's uid, and anything under a worker but the server."""
+    if pool.isolation["pid_ns"]:
+        return _pool_processes(pool)
     left = set()
     if pool.isolation["drops_to_nobody"]:
         left |= _uid_processes(sb.RUN_UID) - uid_before
     for w in pool._workers:
-        below = _descendants(w.proc.pid)
-        expected = 1 if pool.isolation["pid_ns"] else 0      # the server under its shim
-        if len(below) > expected:
-            left |= below
+        left |= _descendants(w.proc.pid)
     return left
 
 
@@ -269,6 +312,22 @@ def test_attack_gets_right_verdict_and_leaves_host_unharmed(pool, name):
         assert result.passed == 0, f"{name}: {result.passed} tests passed"
     assert SECRET not in repr(result), "the run saw this process's environment"
     assert_unharmed(pool, uid_before)
+
+
+def test_leftover_check_sees_this_pools_runs_and_not_another_sandbox(pool):
+    # The check every attack ends with must fail on a process of ours and ignore everyone else's: here
+    # another pool (another user's sandbox, say) runs a sleeper as the same uid during the check.
+    _skip_unless(pool, ("pid_ns",))
+    job = sb.Job("import os, time\nos.fork()\ntime.sleep(3)\n", "assert", ["assert 1"], time_limit_s=5)
+    with sb.SandboxPool(1) as other:
+        runner = threading.Thread(target=other.run, args=([job],))
+        runner.start()
+        try:
+            time.sleep(0.8)
+            assert _pool_processes(other), "the other pool's sleeper is not visible: the check cannot see anything"
+            assert not _leftovers(pool, set()), "another sandbox's processes were taken for ours"
+        finally:
+            runner.join()
 
 
 def test_connect_to_localhost_listener_fails(pool):
