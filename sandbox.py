@@ -113,8 +113,7 @@ SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
 RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
-BASELINE_EVERY = 256            # re-measure the no-op child's max RSS every this many runs,
-BASELINE_DRIFT_KB = 64          # and whenever the server's own resident size moved this much since
+BASELINE_DRIFT_KB = 64          # re-measure the no-op child's max RSS when the server's resident size moved this much
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
@@ -1123,7 +1122,7 @@ def _new_run_dir():
     st.run_counter += 1
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         # Left over from a run and not removable: never reuse it; move it out of the way.
-        os.rename(st.run_dir, f"{st.run_dir}.stale{st.run_counter}")
+        os.rename(st.run_dir, f"{st.run_dir}.stale{os.getpid()}-{st.run_counter}")
     os.mkdir(st.run_dir, 0o700)
     if st.is_root:
         os.chown(st.run_dir, RUN_UID, RUN_UID)
@@ -1428,42 +1427,66 @@ def _serve(mode):
     _send(proto_out, {"op": "hello", "features": _STATE.features, "baseline_kb": _STATE.baseline_kb,
                       "python": sys.version.split()[0]})
     reader = _STATE.client = _LineReader(proto_in)
+    # This process (the zygote) never reads a request nor sees a result: each job is handled by a
+    # fresh fork of it, which reads the request, forks the job's runs, replies and exits. So a run's
+    # memory holds its own job and nothing of any other job: no program, input or result of an
+    # earlier request (a program that walked its frames or gc.get_objects() used to find the previous
+    # job's result lines there and passed with a sibling's answers).
     while True:
-        line = reader.read_line()
-        if line is None:
+        pid = _raw_fork()
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "fork failed")
+        if pid == 0:
+            code = _HANDLER_EOF
+            try:
+                code = _handle_one(reader, proto_out)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _HANDLER_EOF:
             if not _STATE.features["minimal_root"]:
                 _remove_tree(_STATE.runs_dir)     # our temporary directory on the host
             return
+
+
+_HANDLER_EOF = 3     # a job handler's exit status when the client closed the channel
+
+
+def _handle_one(reader, proto_out):
+    """In a fresh fork of the zygote: read one request, run it, reply. Returns the exit status."""
+    while True:
+        line = reader.read_line()
+        if line is None:
+            return _HANDLER_EOF
         try:
             msg = json.loads(line)
         except ValueError:
             continue
-        if msg.get("op") != "run":
-            continue     # late "eval"/"end" for a run that already finished
-        job = msg["job"]
-        if _baseline_is_stale():
-            _measure_baseline()      # before the run, from the state the run forks from
-        try:
-            limits = {"time_limit_s": float(job["time_limit_s"]), "memory_limit_mb": int(job["memory_limit_mb"])}
-            if job["kind"] == "stdio":
-                runs = []
-                for text in job["inputs"]:
-                    if reader.eof:
-                        break
-                    runs.append(_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": ""}, limits,
-                                                stdin_bytes=text.encode("utf-8", "surrogatepass")))
-            else:
-                spec = {k: job.get(k) for k in ("kind", "program", "setup", "fn_name", "snippets", "batch", "inputs")}
-                proto = None if job.get("batch", True) or job["kind"] != "assert" else (reader, proto_out)
-                runs = [_spawn_and_wait(spec, limits, proto=proto)]
-        except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
-            _send(proto_out, {"op": "done", "id": msg.get("id"), "server_error": f"{type(e).__name__}: {e}"})
-            continue
-        if reader.eof:
-            continue         # the client is gone: nobody to answer; the next read_line ends the server
-        if _STATE.run_counter % BASELINE_EVERY < len(runs):
-            _measure_baseline()
-        _send(proto_out, {"op": "done", "id": msg.get("id"), "runs": runs, "baseline_kb": _STATE.baseline_kb})
+        if msg.get("op") == "run":
+            break            # anything else: a late "eval"/"end" for a run that already finished
+    job = msg["job"]
+    if _baseline_is_stale():
+        _measure_baseline()      # before the run, from the state the run forks from
+    try:
+        limits = {"time_limit_s": float(job["time_limit_s"]), "memory_limit_mb": int(job["memory_limit_mb"])}
+        if job["kind"] == "stdio":
+            runs = []
+            for text in job["inputs"]:
+                if reader.eof:
+                    break
+                runs.append(_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": ""}, limits,
+                                            stdin_bytes=text.encode("utf-8", "surrogatepass")))
+        else:
+            spec = {k: job.get(k) for k in ("kind", "program", "setup", "fn_name", "snippets", "batch", "inputs")}
+            proto = None if job.get("batch", True) or job["kind"] != "assert" else (reader, proto_out)
+            runs = [_spawn_and_wait(spec, limits, proto=proto)]
+    except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
+        _send(proto_out, {"op": "done", "id": msg.get("id"), "server_error": f"{type(e).__name__}: {e}"})
+        return 0
+    if reader.eof:
+        return _HANDLER_EOF      # the client is gone: nobody to answer
+    _send(proto_out, {"op": "done", "id": msg.get("id"), "runs": runs, "baseline_kb": _STATE.baseline_kb})
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -257,14 +257,17 @@ def _pid_ns_chain(pid):
 
 def _pool_processes(pool):
     """Processes inside the pool's own PID namespaces (a worker's, or a run's nested in it), other
-    than the fork servers: whoever else uses this machine, nothing of theirs is in there."""
-    servers = {p for w in pool._workers for p in _children(w.proc.pid)}     # the shim's one child
-    roots = {_pid_ns_chain(p)[0] for p in servers if _pid_ns_chain(p)}
-    inside = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in servers and roots & set(_pid_ns_chain(int(name))):
-            inside.add(int(name))
-    return inside
+    than the fork servers and their job handlers: whoever else uses this machine, nothing of theirs
+    is in there."""
+    def servers():
+        # The shim's one child (the zygote) and the zygote's job handler, which lives in the worker's own
+        # namespace (runs get nested ones). Handlers come and go between jobs: listed before and after.
+        zygotes = {p for w in pool._workers for p in _children(w.proc.pid)}
+        return zygotes | {c for z in zygotes for c in _children(z) if _pid_ns_chain(c)[:1] == _pid_ns_chain(z)[:1]}
+    before = servers()
+    roots = {chain[0] for chain in map(_pid_ns_chain, before) if chain}
+    inside = {int(n) for n in os.listdir("/proc") if n.isdigit() and roots & set(_pid_ns_chain(int(n)))}
+    return inside - before - servers()
 
 
 def _leftovers(pool, uid_before):
@@ -277,7 +280,8 @@ def _leftovers(pool, uid_before):
     if pool.isolation["drops_to_nobody"]:
         left |= _uid_processes(sb.RUN_UID) - uid_before
     for w in pool._workers:
-        left |= _descendants(w.proc.pid)
+        handlers = _children(w.proc.pid)            # the server's job handler, waiting for the next job
+        left |= _descendants(w.proc.pid) - handlers
     return left
 
 
@@ -570,6 +574,46 @@ def test_a_hostile_program_costs_the_parent_a_bounded_amount():
     for name, (verdict, cpu_s, grew_mb) in costs.items():
         assert verdict != "passed", name
         assert cpu_s <= 2.0 and grew_mb <= 128, (name, cpu_s, grew_mb)     # measured: <= 0.9 s, <= 59 MB
+
+
+# Programs that look in their own memory for what an earlier job (an honest sibling of their GRPO group,
+# run on the same worker) returned or printed. Each run forks from a process that never handled a request.
+RESIDUE = {
+    "frames": "import sys, json\ncalls = [0]\ndef f(x):\n    k = calls[0]\n    calls[0] += 1\n"
+              "    fr = sys._getframe()\n    while fr is not None:\n        for v in list(fr.f_locals.values()):\n"
+              "            if isinstance(v, list) and v and isinstance(v[0], dict) and 'lines' in v[0]:\n"
+              "                for line in v[0]['lines']:\n                    m = json.loads(line)\n"
+              "                    if m.get('k') == k and 'v' in m:\n                        return json.loads(m['v'])\n"
+              "        fr = fr.f_back\n",
+    "gc_objects": "import gc, json, re\ncalls = [0]\ndef f(x):\n    k = calls[0]\n    calls[0] += 1\n"
+                  "    pat = re.compile(r'\"k\": ?%d, ?\"v\": ?\"([^\"]*)\"' % k)\n    for o in gc.get_objects():\n"
+                  "        items = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else ()\n"
+                  "        for s in items:\n            if isinstance(s, (str, bytes, bytearray)):\n"
+                  "                m = pat.search(s if isinstance(s, str) else bytes(s).decode('latin-1'))\n"
+                  "                if m:\n                    return json.loads(m.group(1))\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESIDUE))
+def test_a_run_cannot_reach_what_earlier_jobs_returned(pool, name):
+    tests = ["assert f(1) == 2", "assert f(5) == 6"]
+    honest = sb.Job("def f(x):\n    return x + 1\n", "assert", tests, fn_name="f")
+    assert {r.verdict for r in pool.run([honest] * pool.size)} == {"passed"}     # every worker has seen it
+    results = pool.run([honest] + [sb.Job(RESIDUE[name], "assert", tests, fn_name="f")] * 5)
+    assert results[0].verdict == "passed"
+    assert [r.verdict for r in results[1:]] == ["failed"] * 5, [r.tests[0].got for r in results[1:]]
+
+
+def test_a_stdio_run_cannot_reach_earlier_inputs_or_outputs(pool):
+    # The expected output of an stdio test never leaves the parent, but an honest sibling's stdout did
+    # pass through the worker: a cheater that prints what it finds there must not find it.
+    honest = sb.Job("print(int(input()) * 7)\n", "stdio", [{"input": "6\n", "output": "42"}])
+    cheat = sb.Job("import sys\nfr = sys._getframe()\nwhile fr is not None:\n    for v in list(fr.f_locals.values()):\n"
+                   "        if isinstance(v, list) and v and isinstance(v[0], dict) and v[0].get('stdout'):\n"
+                   "            print(v[0]['stdout'].strip())\n            raise SystemExit\n    fr = fr.f_back\n",
+                   "stdio", [{"input": "6\n", "output": "42"}])
+    assert {r.verdict for r in pool.run([honest] * pool.size)} == {"passed"}
+    assert [r.verdict for r in pool.run([cheat] * 4)] == ["failed"] * 4
 
 
 def test_expected_values_never_reach_the_child(pool):
