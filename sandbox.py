@@ -16,7 +16,8 @@ CPU time and peak memory that the planner and coder rewards use. Three test kind
 The trust rules (from DESIGN.md "Sandbox: what trustworthy means here"):
 1. The verdict is never computed in the process that runs the candidate, and expected values never
    enter it (nor the fork server it is forked from: only programs, setup code, candidate
-   sub-expressions and inputs are sent there).
+   sub-expressions and inputs are sent there). Nor does anything of another job: each job is read
+   and run by a fresh fork of a server process that never handled a request (`_serve`).
 2. Values come back as tagged JSON text, rebuilt in the parent with `json.loads` (never
    pickle) and type-strict: the child may send only values whose types are exactly builtin scalars
    and containers (plus a few stdlib containers: Counter, OrderedDict, defaultdict, deque, Fraction,
@@ -38,9 +39,10 @@ no network exists at all and no process outlives the run. As root the child also
 `nobody` (RLIMIT_NPROC is not enforced for root); it always sets no_new_privs and drops capabilities.
 
 Throughput: a small fork server (`python -I sandbox.py --serve`, a clean exec, so it inherits nothing
-from a trainer that imported torch or started threads) forks once per run; the trainer talks to it
-over pipes in JSON lines. `SandboxPool` keeps one such worker per core and runs a batch of jobs on
-them in parallel.
+from a trainer that imported torch or started threads); the trainer talks to it over pipes in JSON
+lines. Per job it forks a handler (which reads the request and replies); per run the handler forks
+the run's init, which forks the program (`_become_init`). `SandboxPool` keeps one such worker per
+core and runs a batch of jobs on them in parallel.
 
 What it is not. Not a security boundary against kernel exploits or side channels (no seccomp filter,
 no cgroups: memory is bounded per process by RLIMIT_AS, the process count by RLIMIT_NPROC). Not a judge
