@@ -687,6 +687,21 @@ def _emit_value(k, fn):
         _emit({"k": k, "refused": f"could not encode the value: {type(e).__name__}"})
 
 
+def _join_threads():
+    """Wait for the program's non-daemon threads, as the interpreter does before it exits: contest code
+    often runs its solver in `threading.Thread(target=main).start()` with no join (for a bigger stack),
+    and its output would otherwise be lost when the top level ends (1/20 runs of a correct program
+    passed). Daemon threads are not waited for, as in the interpreter; a thread that never ends meets
+    the time limit."""
+    me = threading.current_thread()
+    while True:
+        pending = [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+        if not pending:
+            return
+        for t in pending:
+            t.join()
+
+
 def _run_stage(stage, source, g):
     """exec program or setup text; report failure and return False."""
     try:
@@ -708,6 +723,8 @@ def _child_harness(spec):
     g = {"__name__": "__main__" if kind == "stdio" else "__candidate__", "__builtins__": builtins}
     if not _run_stage("program", spec["program"], g):
         return
+    if kind == "stdio":
+        _join_threads()
     if spec.get("setup") and not _run_stage("setup", spec["setup"], g):
         return
     _emit({"stage": "ready"})

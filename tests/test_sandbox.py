@@ -278,6 +278,24 @@ def test_stdio_large_input_and_output(pool):
     assert r.verdict == "passed"
 
 
+def test_stdio_waits_for_non_daemon_threads_as_the_interpreter_does(pool):
+    # Contest code often runs its solver in a thread it never joins; plain python waits for it.
+    program = ("import sys, threading\nsys.setrecursionlimit(10 ** 6)\nthreading.stack_size(1 << 26)\n"
+               "def main():\n    n = int(input())\n    print(sum(range(n + 1)))\n"
+               "threading.Thread(target=main).start()\n")
+    results = pool.run([sb.Job(program, "stdio", [{"input": "10\n", "output": "55"}])] * 8)
+    assert [r.verdict for r in results] == ["passed"] * 8, [r.stdout for r in results]
+
+
+def test_stdio_does_not_wait_for_daemon_threads_and_times_out_on_endless_ones(pool):
+    daemon = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\nprint(55)\n"
+    endless = "import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin).start()\nprint(55)\n"
+    case = [{"input": "", "output": "55"}]
+    fast, slow = pool.run([sb.Job(daemon, "stdio", case), sb.Job(endless, "stdio", case, time_limit_s=1)])
+    assert fast.verdict == "passed" and fast.wall_s < 5
+    assert slow.verdict == "timeout"
+
+
 def test_stdio_exit_zero_is_normal(pool):
     r = run1(pool, "import sys\nprint(42)\nsys.exit(0)\n", [{"input": "", "output": "42"}], kind="stdio")
     assert r.verdict == "passed"
