@@ -9,9 +9,11 @@ What it measures:
    all programs; a second pass without programs that are slow in themselves is printed for contrast.
 2. Stability of the CPU time we report: one fixed ~50 ms program run 30 times while a busy process
    occupies another core; coefficient of variation of cpu_s (wall time's CV printed for contrast).
-3. Adversarial false passes: the attacks of tests/test_sandbox_adversarial.py, counting those
-   reported "passed" (programs that are legitimately correct are not counted).
-What it is not: a test (nothing asserts); targets are speedup >= 20, CV <= 0.05, false passes 0.
+3. Adversarial false passes: the attacks of tests/test_sandbox_adversarial.py (the ADVERSARIAL table,
+   the expected-value-in-setup cheats and the residue cheats, each run after an honest sibling on every
+   worker), counting those reported "passed" (programs that are legitimately correct are not counted).
+What it is not: a test (nothing asserts). Targets (issue 12): speedup_without_slow >= 8,
+sandbox_speedup / speedup_bound >= 0.85, cpu_time_cv <= 0.05 on a quiet machine, false passes 0.
 
 Run: .venv/bin/python tests/bench/bench_sandbox.py [--n 974] [--workers N]
 Ends with one line: RESULT sandbox_speedup=... programs_per_s=... cpu_time_cv=... adversarial_false_passes=...
@@ -224,6 +226,20 @@ def main():
             ran += 1
             if r.verdict == "passed":
                 false_passes.append(a["name"])
+        tests = ["assert f(1) == 2", "assert f(5) == 6"]
+        honest = sb.Job("def f(x):\n    return x + 1\n", "assert", tests, fn_name="f")
+        for name, program in adv.RESIDUE.items():
+            pool.run([honest] * pool.size)                    # every worker has seen the right answers
+            for r in pool.run([sb.Job(program, "assert", tests, fn_name="f")] * pool.size):
+                ran += 1
+                if r.verdict == "passed":
+                    false_passes.append(f"residue:{name}")
+        for name, program in adv.SETUP_CHEATS.items():
+            r = pool.run([sb.Job(program, "assert", ["assert f(_corecode_lst) == _corecode_odd_sum"],
+                                 setup=adv.SETUP_DATA, fn_name="f")])[0]
+            ran += 1
+            if r.verdict == "passed":
+                false_passes.append(f"setup:{name}")
         print(f"adversarial programs: {ran} run, {len(skipped)} skipped {skipped}, false passes: {false_passes}")
 
     print(f"RESULT sandbox_speedup={ours_rate / base_rate:.2f} programs_per_s={ours_rate:.1f} "
