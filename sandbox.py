@@ -40,9 +40,9 @@ no network exists at all and no process outlives the run. As root the child also
 
 Throughput: a small fork server (`python -I sandbox.py --serve`, a clean exec, so it inherits nothing
 from a trainer that imported torch or started threads); the trainer talks to it over pipes in JSON
-lines. Per job it forks a handler (which reads the request and replies); per run the handler forks
-the run's init, which forks the program (`_become_init`). `SandboxPool` keeps one such worker per
-core and runs a batch of jobs on them in parallel.
+lines. Per job it forks a handler (which reads the request and replies; with PID namespaces it is
+pid 1 of a namespace of its own, the init of the job's runs), which forks each run. `SandboxPool`
+keeps one such worker per core and runs a batch of jobs on them in parallel.
 
 What it is not. Not a security boundary against kernel exploits or side channels (no seccomp filter,
 no cgroups: memory is bounded per process by RLIMIT_AS, the process count by RLIMIT_NPROC). Not a judge
@@ -52,7 +52,7 @@ Known limits, each a consequence of a choice above: setup code runs in the child
 trees from the program's own Node class); only the setup's data that needs nothing from the program is
 also computed in the parent and read from there (`_parent_setup`); an entry point that shadows a
 builtin (MBPP 126 `sum`) must be named in `fn_name`; without a PID namespace the CPU time of helpers
-the program never waits for is not counted (with one, the run's init reaps them all: `_become_init`),
+the program never waits for is not counted (with one, the job handler reaps them all as their init),
 nor, in any mode, that of processes still running when a run is killed at its limit; `random` in a
 run is not reseeded per run (see `_raw_fork`).
 
@@ -783,8 +783,6 @@ def _child_main(spec, run):
     try:
         try:
             _child_confine(run)
-            if run.get("status") is not None:
-                _become_init()         # returns in the program's process only
         except BaseException as e:
             _emit({"stage": "sandbox", **_describe_exception(e)})
             os._exit(70)
@@ -800,52 +798,6 @@ def _child_main(spec, run):
     except BaseException:
         status = 1
     os._exit(status)
-
-
-STATUS_FD = 5
-PR_SET_DUMPABLE = 4
-
-
-def _become_init():
-    """pid 1 of the run's PID namespace forks the program's process and stays behind as its init.
-
-    Orphaned processes of a run re-parent to init, and init waits for every one of them, so the
-    server's wait4 on init sees the CPU time and peak memory of all the run's processes (helpers a
-    program forks and never waits for used to go uncounted: 1.5 s of helper CPU reported as 7 ms).
-    When the program's process ends, init kills what is left and reaps it, then writes the program
-    process's wait status and init's own CPU time to fd 5 and exits: the server judges the program's
-    status and subtracts init's CPU (mostly the second fork, ~1.3 ms), which is ours. Init is trusted:
-    the program cannot signal it (pid 1 ignores signals from inside its namespace unless it set a
-    handler) nor trace it (it is not dumpable). Returns in the program's process only."""
-    _prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)       # before the fork: no window for the program to attach
-    pid = _raw_fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
-    if pid == 0:
-        os.close(STATUS_FD)
-        _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)   # the program's own /proc/self stays readable to it
-        return
-    os.closerange(0, STATUS_FD)               # init holds nothing of the run but its status channel
-    status = 0
-    try:
-        while True:
-            done, st = os.waitpid(-1, 0)
-            if done == pid:
-                status = st
-                break
-        try:
-            os.kill(-1, signal.SIGKILL)       # every other process of this namespace
-        except OSError:
-            pass
-        while True:
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        os.write(STATUS_FD, f"{status} {own.ru_utime + own.ru_stime:.6f}".encode())
-    finally:
-        os._exit(0)
 
 
 def _fresh_stdio():
@@ -902,6 +854,7 @@ class _ServerState:
                          "drops_to_nobody": False, "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
                          "notes": []}
         self.pidns_fd = None      # fd of the server's own PID namespace, to reset after each run
+        self.job_init = False     # this process is a job handler and pid 1 of the job's own PID namespace
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
@@ -1052,20 +1005,18 @@ _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 def _child_confine(run):
     """In the forked child, before any candidate code: fds, session, limits, privileges, environment."""
     # fds: move the run's pipes to 0-4 (via high numbers, so no target clobbers a source), close the rest.
-    # fd 5: the init's status channel (see _become_init), closed in the program's process.
-    wanted = [run["stdin"], run["stdout"], run["stderr"], run["results"], run.get("requests"), run.get("status")]
+    wanted = [run["stdin"], run["stdout"], run["stderr"], run["results"], run.get("requests")]
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 16) if fd is not None else None for fd in wanted]
     for target, fd in enumerate(high):
         if fd is not None:
             os.dup2(fd, target)
-    if _close_range(6, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
-        os.closerange(6, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    for target, fd in ((4, run.get("requests")), (STATUS_FD, run.get("status"))):
-        if fd is None:
-            try:
-                os.close(target)
-            except OSError:
-                pass
+    if _close_range(5, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
+        os.closerange(5, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    if run.get("requests") is None:
+        try:
+            os.close(4)
+        except OSError:
+            pass
     os.setsid()                                       # own session and process group
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
     os.chdir(run["dir"])
@@ -1150,7 +1101,7 @@ def _new_run_dir():
     st.run_counter += 1
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         # Left over from a run and not removable: never reuse it; move it out of the way.
-        os.rename(st.run_dir, f"{st.run_dir}.stale{os.getpid()}-{st.run_counter}")
+        os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")
     os.mkdir(st.run_dir, 0o700)
     if st.is_root:
         os.chown(st.run_dir, RUN_UID, RUN_UID)
@@ -1259,24 +1210,23 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
         res_r = res_w = os.memfd_create("results")
         req_r = req_w = None
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
-    # With a PID namespace the child becomes the run's init (_become_init) and reports the program's
-    # wait status through this memfd.
-    status_fd = os.memfd_create("status") if st.pidns_fd is not None else None
     run = {"stdin": stdin_fd, "stdout": out_fd, "stderr": err_fd, "results": res_w, "requests": req_r,
-           "status": status_fd, "dir": run_dir, "time_limit_s": limits["time_limit_s"], "is_root": st.is_root,
+           "dir": run_dir, "time_limit_s": limits["time_limit_s"], "is_root": st.is_root,
            "address_space": _vm_bytes() + limits["memory_limit_mb"] * (1 << 20)}
     wall_limit = limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
-    if st.pidns_fd is not None:
+    own_ns = st.pidns_fd is not None and not st.job_init     # a job handler's runs share its namespace
+    if own_ns:
         _check(_libc.unshare(CLONE_NEWPID), "unshare pid")   # the next child is pid 1 of a fresh namespace
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
         raise OSError(ctypes.get_errno(), "fork failed")
     if pid == 0:
         _child_main(spec, run)
-    if st.pidns_fd is not None:
+    if own_ns:
         _check(_libc.setns(st.pidns_fd, CLONE_NEWPID), "setns pid")   # later forks: back to ours
     # Our copies of the child's ends; the memfds for stdout/stderr/results stay open here: we read
     # them after the child is gone.
@@ -1293,9 +1243,14 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
 
     def kill():
         try:
-            # pid 1 of its namespace: killing it kills everything in it. Without namespaces kill the
-            # process group (what escaped with setsid survives there: reported in features).
-            os.kill(pid, signal.SIGKILL) if st.pidns_fd is not None else os.killpg(pid, signal.SIGKILL)
+            if st.job_init:
+                os.kill(-1, signal.SIGKILL)     # we are pid 1 here: every other process of the namespace
+            elif own_ns:
+                os.kill(pid, signal.SIGKILL)    # pid 1 of its namespace: killing it kills everything in it
+            else:
+                # Without namespaces kill the process group (what escaped with setsid survives there:
+                # reported in features).
+                os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -1349,6 +1304,16 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
                     _send(proto[1], {"op": "line", "line": results[relay_done:i].decode("utf-8", "replace")})
                 relay_done = i + 1
     wall = exit_time - t0      # fork to exit, measured here
+    if st.job_init:
+        # The program's process is gone; its helpers may not be (orphans re-parent to us, pid 1). Kill
+        # and reap every one, so that RUSAGE_CHILDREN counts their CPU and memory too (helpers still
+        # running when the program ended used to go uncounted: 0.004 s for 0.4 s of helper CPU).
+        kill()
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
     if st.pidns_fd is None:
         try:
             os.killpg(pid, signal.SIGKILL)      # leftovers in its process group
@@ -1386,13 +1351,12 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
         _remove_tree(run_dir)
     if not st.is_root:
         _clear_runs_dir()          # a non-root program owns the runs directory and may write there
-    cpu_s = usage.ru_utime + usage.ru_stime
-    if status_fd is not None:
-        # "<program's wait status> <init's own CPU s>" from init; empty if init was killed (a limit).
-        reported = os.pread(status_fd, 64, 0).split()
-        os.close(status_fd)
-        if len(reported) == 2:
-            status, cpu_s = int(reported[0]), max(0.0, cpu_s - float(reported[1]))
+    cpu_s, maxrss_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    if st.job_init:      # everything we reaped for this run: the program and all it left behind
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = (after.ru_utime + after.ru_stime) - (children_before.ru_utime + children_before.ru_stime)
+        if after.ru_maxrss > children_before.ru_maxrss:
+            maxrss_kb = max(maxrss_kb, after.ru_maxrss)
     sig = code = None
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -1401,7 +1365,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
     return {"lines": [ln.decode("utf-8", "replace") for ln in bytes(results).split(b"\n") if ln],
             "stdout": out.decode("utf-8", "replace"), "stderr": err[-EXCERPT_CHARS:].decode("utf-8", "replace"),
             "signal": sig, "exit": code, "limit": limit_hit, "cpu_s": cpu_s,
-            "maxrss_kb": usage.ru_maxrss, "wall_s": wall}
+            "maxrss_kb": maxrss_kb, "wall_s": wall}
 
 
 def _measure_baseline():
@@ -1460,16 +1424,23 @@ def _serve(mode):
     # memory holds its own job and nothing of any other job: no program, input or result of an
     # earlier request (a program that walked its frames or gc.get_objects() used to find the previous
     # job's result lines there and passed with a sibling's answers).
+    # With PID namespaces the handler is pid 1 of a namespace of its own: the init of its job's runs,
+    # which reaps every process they leave (their CPU counts) and whose exit kills whatever is left.
     while True:
+        if _STATE.pidns_fd is not None:
+            _check(_libc.unshare(CLONE_NEWPID), "unshare pid")
         pid = _raw_fork()
         if pid < 0:
             raise OSError(ctypes.get_errno(), "fork failed")
         if pid == 0:
+            _STATE.job_init = _STATE.pidns_fd is not None
             code = _HANDLER_EOF
             try:
                 code = _handle_one(reader, proto_out)
             finally:
                 os._exit(code)
+        if _STATE.pidns_fd is not None:
+            _check(_libc.setns(_STATE.pidns_fd, CLONE_NEWPID), "setns pid")
         _, status = os.waitpid(pid, 0)
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _HANDLER_EOF:
             if not _STATE.features["minimal_root"]:

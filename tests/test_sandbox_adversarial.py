@@ -260,12 +260,13 @@ def _pool_processes(pool):
     than the fork servers and their job handlers: whoever else uses this machine, nothing of theirs
     is in there."""
     def servers():
-        # The shim's one child (the zygote) and the zygote's job handler, which lives in the worker's own
-        # namespace (runs get nested ones). Handlers come and go between jobs: listed before and after.
+        # The shim's one child (the zygote) and the zygote's one child, the job handler (pid 1 of the job's
+        # namespace; runs are its children). Handlers come and go between jobs: listed before and after.
         zygotes = {p for w in pool._workers for p in _children(w.proc.pid)}
-        return zygotes | {c for z in zygotes for c in _children(z) if _pid_ns_chain(c)[:1] == _pid_ns_chain(z)[:1]}
+        return zygotes | {c for z in zygotes for c in _children(z)}
     before = servers()
-    roots = {chain[0] for chain in map(_pid_ns_chain, before) if chain}
+    roots = {chain[0] for chain in map(_pid_ns_chain, before & {c for w in pool._workers for c in _children(w.proc.pid)})
+             if chain}
     inside = {int(n) for n in os.listdir("/proc") if n.isdigit() and roots & set(_pid_ns_chain(int(n)))}
     return inside - before - servers()
 
