@@ -26,7 +26,8 @@ The trust rules (from DESIGN.md "Sandbox: what trustworthy means here"):
    semantics hold (1 == 1.0 == True).
 3. Exit codes, prints and anything else the child says about itself are never the verdict. A child
    can at most claim values, and it never saw the values it would have to claim.
-4. CPU time and peak memory come from `os.wait4` in the fork server, never from a timer in the child.
+4. CPU time and peak memory come from the kernel (`os.wait4`, and `RUSAGE_CHILDREN` of the job handler
+   that reaps every process of a run), never from a timer in the child.
 
 Isolation per run: a fresh working directory, a scrubbed environment, stdin from /dev/null (assert and
 functional), capped stdout / stderr / results, rlimits (address space, CPU, file size, open files,
