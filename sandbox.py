@@ -35,9 +35,10 @@ processes, no core dumps), its own session, a wall-clock watchdog, and everythin
 at the end. Where the kernel allows it (probed once per worker, reported in `SandboxPool.isolation`,
 with a one-time warning on fallback): each worker lives in its own user (when not root) + mount +
 network + PID namespaces with a minimal read-only root (only /usr, the Python installation and a
-few /dev nodes; no /proc, /tmp, home or data), and each run gets a fresh PID namespace of its own, so
-no network exists at all and no process outlives the run. As root the child also drops to uid
-`nobody` (RLIMIT_NPROC is not enforced for root); it always sets no_new_privs and drops capabilities.
+few /dev nodes; no /proc, /tmp, home or data), and each job gets a fresh PID namespace of its own
+(its runs one after another, everything killed between them), so no network exists at all and no
+process outlives the run. As root the child also drops to uid `nobody` (RLIMIT_NPROC is not
+enforced for root); it always sets no_new_privs and drops capabilities.
 
 Throughput: a small fork server (`python -I sandbox.py --serve`, a clean exec, so it inherits nothing
 from a trainer that imported torch or started threads); the trainer talks to it over pipes in JSON
