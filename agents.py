@@ -1103,6 +1103,7 @@ def problem_job(problem, program, cases, repeat=1):
     return sandbox.Job(
         program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
         time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
+        prelude=problem.prelude,
     )
 
 

@@ -81,6 +81,7 @@ class Problem:
     setup: str = ""         # assert kind: code run before the tests (MBPP test_setup_code)
     entry_point: str = ""   # function name (assert: the function under test; functional: fn_name)
     starter_code: str = ""  # e.g. LeetCode class Solution stub
+    prelude: str = ""       # code the benchmark's own harness runs BEFORE the program (see each loader)
     # Limits as the benchmark publishes them (stdio contests: per test; MBPP/HumanEval have none, so the
     # defaults apply). How a limit is applied to a run is the sandbox's decision, not ours.
     time_limit_s: float = 4.0
@@ -722,9 +723,19 @@ def _humaneval_problem(rec, fallback, public):
         public_tests = cases[:1]
     else:
         raise ValueError(f"public must be 'doctest' or 'first_hidden', got {public!r}")
+    # HumanEval's protocol runs prompt + completion: the prompt's imports are in scope when the completion's
+    # `def` runs (a signature using `List` must not fail), so they are the prelude.
+    prelude = "".join(ast.unparse(n) + "\n" for n in _prompt_imports(prompt))
     return _make_problem(id=f"humaneval/{rec['task_id']}", bench="humaneval", statement=prompt,
                          kind="assert", public_tests=public_tests, hidden_tests=cases, setup=setup,
-                         entry_point=entry, starter_code=prompt)
+                         entry_point=entry, starter_code=prompt, prelude=prelude)
+
+
+def _prompt_imports(prompt):
+    try:
+        return [n for n in _parse(prompt).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    except (SyntaxError, ValueError):
+        return []
 
 
 def load_humaneval(path=None, split="test", limit=None, skip_malformed=False, fallback="helper",
@@ -982,7 +993,16 @@ def _livebench_problem(rec, time_limit_s):
         entry_point=(meta.get("func_name") or "") if kind == "functional" else "",
         # coding_completion tasks give the start of a solution to continue; LCB gives a class stub.
         starter_code=rec.get("partial_solution") or field("starter_code") or "",
-        time_limit_s=time_limit_s)
+        time_limit_s=time_limit_s, prelude=LIVECODEBENCH_PRELUDE)
+
+
+# LiveCodeBench's grader runs every program after a block of imports (its testing_util); LeetCode-style
+# code relies on it (`List` without an import). Ours has the same effect: the common stdlib modules by
+# name and their contents, typing's names included, and a raised recursion limit.
+_LCB_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
+                "statistics", "itertools", "functools", "operator", "io", "sys", "json")
+LIVECODEBENCH_PRELUDE = ("".join(f"from {m} import *\n" for m in _LCB_MODULES + ("builtins", "typing"))
+                         + "".join(f"import {m}\n" for m in _LCB_MODULES) + "sys.setrecursionlimit(50000)\n")
 
 
 def load_livebench(path=None, split="test", limit=None, skip_malformed=False, time_limit_s=6.0):

