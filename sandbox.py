@@ -863,7 +863,6 @@ class _ServerState:
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
-        self.run_counter = 0
         self.baseline_kb = 0
         self.baseline_rss_kb = 0  # the server's resident size when baseline_kb was measured
         self.client = None        # _LineReader of the client channel: its end of file ends every run
@@ -1103,7 +1102,6 @@ def _new_run_dir():
     """The run directory: the same path every time (runs of one worker are sequential), so the
     environment naming it is set once; created empty before each run and removed after it."""
     st = _STATE
-    st.run_counter += 1
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         # Left over from a run and not removable: never reuse it; move it out of the way.
         os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")
@@ -1187,15 +1185,15 @@ def _read_capped(fd, cap):
     return os.pread(fd, min(size, cap), 0), size > cap
 
 
-def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
+def _spawn_and_wait(spec, limits, stdin_bytes=None, relay_fd=None):
     """Fork one child, watch it, kill what is left, and return raw observations.
 
     stdout, stderr and the result lines go to memfds, not pipes: the server is not woken for every
     write, and what was written survives however the child ends (a hang after two answered tests
     keeps the two answers). RLIMIT_FSIZE bounds each file; more than the caps reads as a flood.
-    `proto` (interactive asserts only) is (reader, out_fd) of the client channel: results then go
-    through a pipe, each line is relayed to the client as it arrives, and the client's eval
-    requests are relayed to the child's fd 4.
+    `relay_fd` (interactive asserts only) is the client channel's out fd: results then go through a
+    pipe, each line is relayed to the client as it arrives, and the client's eval requests (read from
+    _STATE.client) are relayed to the child's fd 4.
     """
     st = _STATE
     run_dir = _new_run_dir()
@@ -1208,7 +1206,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
         os.write(stdin_fd, stdin_bytes)
         os.lseek(stdin_fd, 0, os.SEEK_SET)
     out_fd, err_fd = os.memfd_create("stdout"), os.memfd_create("stderr")
-    if proto:
+    if relay_fd is not None:
         res_r, res_w = os.pipe()
         req_r, req_w = os.pipe()
     else:
@@ -1236,7 +1234,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
     # Our copies of the child's ends; the memfds for stdout/stderr/results stay open here: we read
     # them after the child is gone.
     os.close(stdin_fd)
-    if proto:
+    if relay_fd is not None:
         os.close(res_w)
         os.close(req_r)
     try:
@@ -1267,7 +1265,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
             limit_hit = "timeout"
             kill()
         watch = [pidfd] if pidfd is not None else []
-        if proto:
+        if relay_fd is not None:
             watch.append(res_r)
         if st.client is not None and not st.client.eof:
             watch.append(st.client.fd)     # a client that dies (kill -9) must not leave the run going
@@ -1277,7 +1275,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
             done, raw_status, raw_usage = os.wait4(pid, 0 if pidfd is not None else os.WNOHANG)
             if done:
                 status, usage, exit_time = raw_status, raw_usage, time.monotonic()
-        if proto and res_r in ready:
+        if relay_fd is not None and res_r in ready:
             chunk = os.read(res_r, 1 << 16)
             results += chunk
             if len(results) > RESULT_LIMIT_BYTES and limit_hit is None:
@@ -1288,7 +1286,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
             if st.client.eof and limit_hit is None:
                 limit_hit = "client_gone"
                 kill()
-        if proto and st.client is not None:
+        if relay_fd is not None:
             for line in st.client.pop_lines():
                 msg = json.loads(line)
                 if msg.get("op") == "eval" and req_w is not None:
@@ -1299,14 +1297,14 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
                 elif msg.get("op") == "end" and req_w is not None:
                     os.close(req_w)
                     req_w = None
-        if proto:
+        if relay_fd is not None:
             # Relay complete result lines as they come (the parent is waiting on them).
             while True:
                 i = results.find(b"\n", relay_done)
                 if i < 0:
                     break
                 if i > relay_done:        # empty lines are dropped here as in the final "lines"
-                    _send(proto[1], {"op": "line", "line": results[relay_done:i].decode("utf-8", "replace")})
+                    _send(relay_fd, {"op": "line", "line": results[relay_done:i].decode("utf-8", "replace")})
                 relay_done = i + 1
     wall = exit_time - t0      # fork to exit, measured here
     if st.job_init:
@@ -1324,7 +1322,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None, proto=None):
             os.killpg(pid, signal.SIGKILL)      # leftovers in its process group
         except (ProcessLookupError, PermissionError):
             pass
-    if proto:
+    if relay_fd is not None:
         os.set_blocking(res_r, False)
         try:
             while len(results) <= RESULT_LIMIT_BYTES:
@@ -1484,8 +1482,8 @@ def _handle_one(reader, proto_out):
         else:
             spec = {k: job.get(k) for k in ("kind", "program", "setup", "prelude", "fn_name", "snippets", "batch",
                                             "inputs")}
-            proto = None if job.get("batch", True) or job["kind"] != "assert" else (reader, proto_out)
-            runs = [_spawn_and_wait(spec, limits, proto=proto)]
+            interactive = not job.get("batch", True) and job["kind"] == "assert"
+            runs = [_spawn_and_wait(spec, limits, relay_fd=proto_out if interactive else None)]
     except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
         _send(proto_out, {"op": "done", "id": msg.get("id"), "server_error": f"{type(e).__name__}: {e}"})
         return 0

@@ -259,14 +259,15 @@ def _pool_processes(pool):
     """Processes inside the pool's own PID namespaces (a worker's, or a run's nested in it), other
     than the fork servers and their job handlers: whoever else uses this machine, nothing of theirs
     is in there."""
+    # The shim's one child (the zygote, pid 1 of the worker's namespace) and the zygote's one child, the job
+    # handler (pid 1 of the job's namespace; runs are its children). Handlers come and go between jobs:
+    # listed before and after the scan.
+    zygotes = {p for w in pool._workers for p in _children(w.proc.pid)}
+
     def servers():
-        # The shim's one child (the zygote) and the zygote's one child, the job handler (pid 1 of the job's
-        # namespace; runs are its children). Handlers come and go between jobs: listed before and after.
-        zygotes = {p for w in pool._workers for p in _children(w.proc.pid)}
         return zygotes | {c for z in zygotes for c in _children(z)}
     before = servers()
-    roots = {chain[0] for chain in map(_pid_ns_chain, before & {c for w in pool._workers for c in _children(w.proc.pid)})
-             if chain}
+    roots = {chain[0] for chain in map(_pid_ns_chain, zygotes) if chain}
     inside = {int(n) for n in os.listdir("/proc") if n.isdigit() and roots & set(_pid_ns_chain(int(n)))}
     return inside - before - servers()
 
