@@ -21,8 +21,9 @@ The trust rules (from DESIGN.md "Sandbox: what trustworthy means here"):
 2. Values come back as tagged JSON text, rebuilt in the parent with `json.loads` (never
    pickle) and type-strict: the child may send only values whose types are exactly builtin scalars
    and containers (plus a few stdlib containers: Counter, OrderedDict, defaultdict, deque, Fraction,
-   Decimal), checked with `type(x) is ...`. An always-equal object or an int subclass with a lying
-   `__eq__` is refused and the test fails. The parent compares with Python's own `==`, so benchmark
+   Decimal; and re.Match, which comes back as a `MatchValue`: true and equal only to itself, enough
+   for the MBPP tests that assert a match's truthiness), checked with `type(x) is ...`. An always-equal
+   object or an int subclass with a lying `__eq__` is refused and the test fails. The parent compares with Python's own `==`, so benchmark
    semantics hold (1 == 1.0 == True).
 3. Exit codes, prints and anything else the child says about itself are never the verdict. A child
    can at most claim values, and it never saw the values it would have to claim.
@@ -184,6 +185,7 @@ class ProgramResult:
 _Counter, _OrderedDict = collections.Counter, collections.OrderedDict
 _defaultdict, _deque = collections.defaultdict, collections.deque
 _Fraction, _Decimal = fractions.Fraction, decimal.Decimal
+_Match = re.Match                               # a C type that cannot be subclassed
 _OD_ITEMS = collections.OrderedDict.items       # C method: the OrderedDict's own order
 _DICT_ITEMS = dict.items
 _MAX_INT_BITS = 13000                           # ~3900 digits: below the 4300-digit str() limit of 3.11
@@ -263,6 +265,18 @@ def _tag_value(x, depth, budget):
         return ("M", str(x))
     if x is Ellipsis:
         return ("E",)
+    if t is _Match:
+        # A few MBPP tests assert the truthiness of a returned re.Match (`assert f("ab")`, `assert not
+        # f("x")` where None means no match). Our rule: a match travels as its span and text and comes
+        # back as a MatchValue, which is always true (as a real match is) and equal only to itself, so a
+        # test can use it as a truth value and nothing more; returning True would pass such a test too.
+        text = x.group(0)
+        if type(text) is not str:
+            raise _Refused("re.Match on bytes")
+        budget[0] -= len(text)
+        if budget[0] < 0:
+            raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
+        return ("R", x.start(), x.end(), text)
     name = getattr(t, "__qualname__", "?")
     raise _Refused(f"type {name!r} is not a plain builtin value (type-strict: exact builtin types only)")
 
@@ -279,6 +293,21 @@ def encode_value(x) -> str:
     if len(text) > VALUE_LIMIT_BYTES:
         raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
     return text
+
+
+class MatchValue:
+    """The parent's stand-in for a re.Match the program returned: true, equal only to itself (as a match
+    object is), and shown like one in feedback. It carries no behaviour the program chose."""
+    __slots__ = ("span", "text")
+
+    def __init__(self, start, end, text):
+        self.span, self.text = (start, end), text
+
+    def __bool__(self):
+        return True
+
+    def __repr__(self):
+        return f"<re.Match object; span={self.span}, match={self.text!r}>"
 
 
 def _untag_float(p):
@@ -349,6 +378,8 @@ def _untag(node, depth):
         return d
     if tag == "E" and not rest:
         return Ellipsis
+    if tag == "R" and len(rest) == 3 and type(rest[0]) is int and type(rest[1]) is int and type(rest[2]) is str:
+        return MatchValue(rest[0], rest[1], rest[2])
     raise ValueError(f"unknown value tag {tag!r}")
 
 

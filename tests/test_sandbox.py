@@ -234,6 +234,30 @@ def test_isclose_and_set_keep_their_meaning(pool):
     assert [t.verdict for t in r.tests] == ["passed", "failed", "passed", "passed", "failed"]
 
 
+_MATCHER = "import re\ndef f(text):\n    return re.search('ab+', text)\n"
+
+
+def test_a_returned_re_match_is_a_truth_value(pool):
+    # MBPP references that return re.search(...) for `assert f(...)` / `assert not f(...)` tests (issue 14, item 8)
+    r = run1(pool, _MATCHER, ["assert f('xabb')", "assert not f('xyz')", "assert f('xyz')", "assert not f('abb')"])
+    assert [t.verdict for t in r.tests] == ["passed", "passed", "failed", "failed"]
+    assert "match='abb'" in r.tests[0].got
+
+
+def test_a_returned_re_match_equals_nothing_but_itself(pool):
+    r = run1(pool, _MATCHER, ["assert f('ab') == 'ab'", "assert f('ab') == True", "assert f('ab') != f('ab')"])
+    assert [t.verdict for t in r.tests] == ["failed", "failed", "passed"]
+
+
+def test_match_value_round_trip_and_forged_tags():
+    import re
+    v = sb.decode_value(sb.encode_value(re.search("b+", "abbc")))
+    assert type(v) is sb.MatchValue and v and v.span == (1, 3) and v.text == "bb" and v != "bb"
+    for bad in ('["R",1,2]', '["R","1",2,"x"]', '["R",1,2,3]'):
+        with pytest.raises(ValueError):
+            sb.decode_value(bad)
+
+
 def test_setup_runs_after_the_program_and_in_the_child(pool):
     program = "class Node:\n    def __init__(self, v):\n        self.v, self.left = v, None\n" \
               "def depth(n):\n    return 0 if n is None else 1 + depth(n.left)\n"
