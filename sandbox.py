@@ -11,7 +11,9 @@ CPU time and peak memory that the planner and coder rewards use. Three test kind
 - "functional" (LeetCode / LiveCodeBench call-based): call `fn_name` (a plain function, or a method of
   `class Solution`) with JSON arguments; the parent compares the returned value with the JSON answer.
 - "stdio" (CodeContests, Codeforces): feed stdin, compare stdout line by line, tokens whitespace
-  normalised, numeric tokens with a tolerance. No truncation, no set-style leniency.
+  normalised, numeric tokens with a tolerance. No truncation, no set-style leniency. Where the benchmark
+  gives a checker program (several right answers: Codeforces `generated_checker`), the checker judges
+  instead, run in the sandbox as untrusted code (`_run_checker`).
 
 The trust rules (from DESIGN.md "Sandbox: what trustworthy means here"):
 1. The verdict is never computed in the process that runs the candidate, and expected values never
@@ -49,7 +51,7 @@ keeps one such worker per core and runs a batch of jobs on them in parallel.
 
 What it is not. Not a security boundary against kernel exploits or side channels (no seccomp filter,
 no cgroups: memory is bounded per process by RLIMIT_AS, the process count by RLIMIT_NPROC). Not a judge
-for special checkers (interactive problems, multiple valid answers). HumanEval-style tests that loop
+for interactive problems. HumanEval-style tests that loop
 over the candidate need one round trip per call (see `_plan_statement`); plain asserts need none.
 Known limits, each a consequence of a choice above: setup code runs in the child (MBPP's setup builds
 trees from the program's own Node class); only the setup's data that needs nothing from the program is
@@ -120,6 +122,7 @@ FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
 RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
 BASELINE_DRIFT_KB = 64          # re-measure the no-op child's max RSS when the server's resident size moved this much
+CHECKER_TIME_LIMIT_S = 10.0      # a checker's own CPU limit per test (open-r1's Codeforces harness gives it 10 s)
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
@@ -147,6 +150,8 @@ class Job:
     prelude: str = ""              # benchmark code run BEFORE the program, in its namespace (e.g. imports)
     stop_on_failure: bool = False  # functional / stdio: stop at the first test that does not pass; the tests
                                    # after it are "skipped" (enough for pass@k, not for a pass rate)
+    checker: str = ""              # stdio: the benchmark's checker program (Python) that judges an output when
+                                   # several are right, instead of the comparison with the expected one
 
 
 @dataclass
@@ -1834,9 +1839,15 @@ def _execute_on(worker, job):
         part = dataclasses.replace(job, cases=job.cases[lo:hi])
         msg = _send_job(worker, part, _request(part)[0])
         baseline = msg["baseline_kb"]
+        pending = []
         for case, run in zip(part.cases, msg["runs"]):
             tests.append(_judge_case(job, case, run, baseline, budget))
             runs.append(run)
+            if tests[-1] is None:
+                pending.append((len(tests) - 1, case, run))
+        if pending:
+            for (i, _, _), t in zip(pending, _run_checker(worker, job, [(c, r) for _, c, r in pending])):
+                tests[i] = t
         if any(t.verdict != "passed" for t in tests):
             break
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
@@ -1915,7 +1926,54 @@ def _judge_case(job, case, run, baseline, budget):
     if len(run["stdout"]) > STDIO_LENGTH_FACTOR * len(expected) + 4096:
         return TestResult("failed", got=got, error=f"output of {len(run['stdout'])} characters for an expected "
                                                     f"{len(expected)}")
+    if job.checker:
+        return None          # judged by the benchmark's checker (_run_checker)
     return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)
+
+
+# How a Codeforces checker is called (open-r1's harness, our equivalent): `checker.py INPUT ANSWER OUTPUT`, three
+# file paths; it accepts by printing 1 (or 100) and exiting normally. This prelude writes the files from the JSON on
+# stdin in the checker's own run directory and sets sys.argv; it runs in the checker's namespace, before it.
+CHECKER_PRELUDE = (
+    "import json as _cj, sys as _cs\n"
+    "_cd = _cj.loads(_cs.stdin.read())\n"
+    "for _cn, _ck in (('input.txt', 'input'), ('correct_output.txt', 'answer'), ('output.txt', 'output')):\n"
+    "    with open(_cn, 'w') as _cf:\n"
+    "        _cf.write(_cd[_ck])\n"
+    "_cs.argv = ['checker.py', 'input.txt', 'correct_output.txt', 'output.txt']\n"
+    "del _cj, _cs, _cd, _cn, _ck, _cf\n")
+
+
+def _checker_text(text):
+    """Output as open-r1 hands it to a checker: no carriage returns, no empty lines."""
+    lines = [line for line in text.replace("\r", "").split("\n") if line]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _run_checker(worker, job, pending):
+    """Judge outputs with the benchmark's checker, itself untrusted code, run in the sandbox like a program:
+    one run per output, fed the test input, the expected answer and the output. pending: [(case, run)] ->
+    [TestResult]. The checker's CPU time is not the program's."""
+    cases = [{"input": json.dumps({"input": str(case["input"]), "answer": _checker_text(str(case["output"])),
+                                   "output": _checker_text(run["stdout"])}), "output": ""} for case, run in pending]
+    checker = Job(program=job.checker, kind="stdio", cases=cases, prelude=CHECKER_PRELUDE,
+                  time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
+    msg = _send_job(worker, checker, _request(checker)[0])
+    out = []
+    for (case, run), crun in zip(pending, msg["runs"]):
+        got = run["stdout"][:EXCERPT_CHARS]
+        stage, _ = _parse_lines(crun["lines"])
+        problem = _termination_verdict(crun, checker, msg["baseline_kb"])
+        if problem is None and "failure" in stage:
+            problem = _failure_verdict(stage["failure"])
+        said = crun["stdout"].strip()
+        if problem is None and said in ("1", "100"):
+            out.append(TestResult("passed", got=got))
+        elif problem is None:
+            out.append(TestResult("failed", got=got, error=f"the checker rejected the output: {said[:200]!r}"))
+        else:      # a malformed output often crashes a checker: the output is not accepted
+            out.append(TestResult("failed", got=got, error=f"the checker did not accept the output: {problem[1]}"))
+    return out
 
 
 def _program_error(stage):
