@@ -1092,18 +1092,23 @@ def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, pl
     return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
-def problem_job(problem, program, cases, repeat=1):
+def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
     """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
 
     The one place a data.Problem becomes a sandbox.Job: Reflexion / MapCoder (public tests), train.py and
-    evaluate.py (hidden tests) all build their jobs here. repeat: reruns of a passing program (sandbox.Job).
+    evaluate.py (hidden tests) all build their jobs here, as the benchmark's harness would: its prelude, its
+    checker, and its program prefix (LiveBench completion: partial solution + answer, unless the answer
+    repeats it). repeat: reruns of a passing program; stop_on_failure: skip the tests after the first
+    failing one (both sandbox.Job).
     """
     import sandbox  # lazy: sampling never executes code; sandbox.py does not import torch
 
+    if problem.program_prefix and not program.startswith(problem.program_prefix):
+        program = problem.program_prefix + "\n" + program
     return sandbox.Job(
         program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
         time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
-        prelude=problem.prelude,
+        prelude=problem.prelude, checker=problem.checker, stop_on_failure=stop_on_failure,
     )
 
 

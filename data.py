@@ -7,8 +7,11 @@ exactly the case format sandbox.py runs (see CONTRACT.md):
   - kind "assert":     each case is one Python statement string, e.g. "assert f(1, 2) == 3"; `setup` first.
   - kind "functional": each case is {"input": "<one JSON value per line = the args>", "output": "<JSON>"}.
   - kind "stdio":      each case is {"input": "<stdin text>", "output": "<expected stdout text>"}.
-`load(bench, path=None, split="test", limit=None, skip_malformed=False, **options)` dispatches through
-the plain dict `LOADERS`.
+`load(bench, path=None, split="test", limit=None, skip_malformed=False, time_factor=1.0, **options)`
+dispatches through the plain dict `LOADERS`; `parse_bench_options` turns the scripts' `--bench-option
+KEY=VALUE` into those options. Each Problem carries what its benchmark's own harness does with a program:
+time limits (per program for assert tests, per test otherwise), a prelude, a program prefix (LiveBench
+completion) and a checker (Codeforces); each loader's docstring says whose rule it follows.
 
 What it is not: it never runs code (no test is executed here, no module of the benchmark is imported)
 and never imports torch. It does not build prompts (agents.py does). Every file is found by an explicit
@@ -44,11 +47,13 @@ import ast
 import base64
 import builtins
 import copy
+import dataclasses
 import doctest
 import gzip
 import hashlib
 import http.client
 import importlib.util
+import inspect
 import io
 import json
 import os
@@ -82,8 +87,11 @@ class Problem:
     entry_point: str = ""   # function name (assert: the function under test; functional: fn_name)
     starter_code: str = ""  # e.g. LeetCode class Solution stub
     prelude: str = ""       # code the benchmark's own harness runs BEFORE the program (see each loader)
-    # Limits as the benchmark publishes them (stdio contests: per test; MBPP/HumanEval have none, so the
-    # defaults apply). How a limit is applied to a run is the sandbox's decision, not ours.
+    program_prefix: str = ""  # text the harness puts before the answer to make the program, unless the answer
+                              # already starts with it (LiveBench coding_completion: its partial_solution)
+    checker: str = ""       # stdio: the benchmark's checker program when several outputs are right (Codeforces)
+    # CPU seconds, as the benchmark's own harness applies them (see each loader and load()'s time_limit_s /
+    # time_factor): per program for assert tests (MBPP / HumanEval, our 4 s), per test for functional and stdio.
     time_limit_s: float = 4.0
     memory_limit_mb: int = 1024
 
@@ -797,10 +805,20 @@ def _seconds(limit, default):
     return s if s > 0 else default
 
 
-def _codecontests_problem(rec, include_generated):
+# Statements that accept more than one right output. Such a problem needs a checker; without one, exact comparison
+# would fail right answers, so it is left out and counted (our choice: a phrase list, checked on real statements).
+_ANY_ANSWER = re.compile(r"\b(print|output) any\b|\bany of them\b|\b(multiple|several|many) (possible |correct |valid |"
+                         r"optimal )?(answers|solutions)\b|\bany (valid|correct|possible|such|suitable) (answer|"
+                         r"solution|one)\b", re.IGNORECASE)
+NEEDS_CHECKER = "accepts any of several outputs but has no checker"
+
+
+def _codecontests_problem(rec, include_generated, time_limit_s):
     name = rec["name"]
     if rec.get("input_file") or rec.get("output_file"):
         return "reading/writing named files instead of stdin/stdout"
+    if _ANY_ANSWER.search(rec["description"] or ""):
+        return NEEDS_CHECKER
     public = _io_pairs(rec.get("public_tests"), "public_tests")
     # our choice: score on public + private + generated tests (the AlphaCode evaluation) because the
     # private tests alone are few for many problems; include_generated=False for private-only.
@@ -813,30 +831,34 @@ def _codecontests_problem(rec, include_generated):
     return _make_problem(
         id=f"codecontests/{name}", bench="codecontests", statement=rec["description"].strip(),
         kind="stdio", public_tests=public, hidden_tests=hidden,
-        # Limits exactly as published (they were set for C++; the sandbox may scale them for Python).
-        time_limit_s=_seconds(rec.get("time_limit"), 4.0),
+        time_limit_s=time_limit_s if time_limit_s is not None else _seconds(rec.get("time_limit"), 4.0),
         memory_limit_mb=max(1, -(-int(mem) // 2 ** 20)) if mem else 1024)
 
 
-def load_codecontests(path=None, split="test", limit=None, skip_malformed=False, include_generated=True):
+def load_codecontests(path=None, split="test", limit=None, skip_malformed=False, include_generated=True,
+                      time_limit_s=10.0):
     """CodeContests (HF deepmind/code_contests schema). The published files are one per split
-    (train / valid / test), so the file is the split: split="test" (or "all") returns all of it."""
+    (train / valid / test), so the file is the split: split="test" (or "all") returns all of it.
+    time_limit_s: 10 s per test, as DeepMind's execution harness (code_contests/execution) does for every
+    language; None = each problem's published limit (set for C++). Problems whose statement accepts any of
+    several outputs are left out (no checker is published)."""
+    if time_limit_s is not None and not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
+        raise ValueError(f"time_limit_s must be a number of seconds > 0 or None, got {time_limit_s!r}")
     path = resolve_path("codecontests", path)
     return _collect("codecontests", path, _read_records(path),
-                    lambda r: _codecontests_problem(r, include_generated), split, limit, skip_malformed,
-                    _record_split)
+                    lambda r: _codecontests_problem(r, include_generated, time_limit_s), split, limit,
+                    skip_malformed, _record_split)
 
 
-def _codeforces_problem(rec, keep_checker):
+def _codeforces_problem(rec):
     pid = rec.get("id") or f"{rec['contest_id']}/{rec['index']}"
     if rec.get("interaction_format"):
         return "interactive"
     if (rec.get("input_mode") or "stdio") != "stdio":
         return "reading/writing named files instead of stdin/stdout"
-    if rec.get("generated_checker") and not keep_checker:
-        # our choice: leave out problems judged by a checker (several correct outputs) because the
-        # sandbox compares stdout exactly and would fail right answers; keep_checker=True keeps them.
-        return "judged by a checker (several correct outputs)"
+    checker = rec.get("generated_checker") or ""
+    if not checker and _ANY_ANSWER.search(" ".join(str(rec.get(k) or "") for k in ("description", "output_format"))):
+        return NEEDS_CHECKER
     examples = _io_pairs(rec.get("examples"), "examples")
     official = _io_pairs(rec.get("official_tests"), "official_tests")
     # Official tests normally start with the examples; when a problem has none published, the examples
@@ -851,18 +873,21 @@ def _codeforces_problem(rec, keep_checker):
     mem = rec.get("memory_limit")
     return _make_problem(
         id=f"codeforces/{pid}", bench="codeforces", statement="\n\n".join(s.strip() for s in sections if s),
-        kind="stdio", public_tests=examples, hidden_tests=hidden,
+        kind="stdio", public_tests=examples, hidden_tests=hidden, checker=checker,
         time_limit_s=_seconds(rec.get("time_limit"), 4.0),
         memory_limit_mb=int(mem) if mem else 1024)
 
 
-def load_codeforces(path=None, split="test", limit=None, skip_malformed=False, keep_checker=False):
+def load_codeforces(path=None, split="test", limit=None, skip_malformed=False):
     """Codeforces (HF open-r1/codeforces schema). Statement = title, description, input/output format
-    and note; public tests = examples; hidden = official_tests (examples when none are published).
-    Interactive and file-I/O problems are left out (counted on stderr)."""
+    and note; public tests = examples; hidden = official_tests (examples when none are published). As
+    open-r1's harness: the published time limit per test with no factor for Python (Codeforces gives none;
+    load()'s time_factor adds one), and `generated_checker` judges the outputs where given (sandbox
+    Job.checker). Interactive and file-I/O problems, and problems whose statement accepts any of several
+    outputs but have no checker, are left out (counted on stderr)."""
     path = resolve_path("codeforces", path)
-    return _collect("codeforces", path, _read_records(path), lambda r: _codeforces_problem(r, keep_checker),
-                    split, limit, skip_malformed, _record_split)
+    return _collect("codeforces", path, _read_records(path), _codeforces_problem, split, limit, skip_malformed,
+                    _record_split)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -960,7 +985,7 @@ def _io_case(t):
     return {"input": t["input"], "output": t["output"]}
 
 
-def _livebench_problem(rec, time_limit_s):
+def _livebench_problem(rec, time_limit_s, release):
     # LiveBench nests the LiveCodeBench record under original_json; LiveCodeBench has it at top level.
     orig = _as_dict(rec.get("original_json"))
 
@@ -968,8 +993,18 @@ def _livebench_problem(rec, time_limit_s):
         # Top-level value first (LiveCodeBench), then the nested original (LiveBench).
         return rec.get(key) if rec.get(key) not in (None, "") else orig.get(key)
 
+    if release is not None:
+        # LiveBench's own rule (livebench/common.py): released on or before `release`, not removed by then.
+        released = str(rec.get("livebench_release_date") or "")[:10]
+        removed = str(rec.get("livebench_removal_date") or "")[:10]
+        if not released:
+            return "without livebench_release_date (release= filters by it)"
+        if released > release or (removed and removed <= release):
+            return f"not in the LiveBench release of {release}"
     if field("public_test_cases") is None:
-        # e.g. LiveBench's BigCodeBench-style tasks (tests as unittest code): not this loader's format.
+        if rec.get("tests") is not None:
+            # LiveBench's own coding tasks from its 2025-04-25 release on (BigCodeBench-style unittest code)
+            return "with unittest-style tests (LiveBench's BigCodeBench-style tasks): not supported"
         return "not in LiveCodeBench format (no public_test_cases)"
     public = decode_test_cases(field("public_test_cases"))
     private = decode_test_cases(field("private_test_cases") or "[]")
@@ -993,6 +1028,8 @@ def _livebench_problem(rec, time_limit_s):
         entry_point=(meta.get("func_name") or "") if kind == "functional" else "",
         # coding_completion tasks give the start of a solution to continue; LCB gives a class stub.
         starter_code=rec.get("partial_solution") or field("starter_code") or "",
+        # LiveBench judges partial_solution + "\n" + answer unless the answer starts with the partial solution
+        program_prefix=rec.get("partial_solution") or "",
         time_limit_s=time_limit_s, prelude=LIVECODEBENCH_PRELUDE)
 
 
@@ -1005,13 +1042,21 @@ LIVECODEBENCH_PRELUDE = ("".join(f"from {m} import *\n" for m in _LCB_MODULES + 
                          + "".join(f"import {m}\n" for m in _LCB_MODULES) + "sys.setrecursionlimit(50000)\n")
 
 
-def load_livebench(path=None, split="test", limit=None, skip_malformed=False, time_limit_s=6.0):
+def load_livebench(path=None, split="test", limit=None, skip_malformed=False, time_limit_s=6.0, release=None):
     """LiveBench coding / LiveCodeBench code generation. stdin tests -> kind "stdio"; functional tests
     -> kind "functional" with entry_point = metadata func_name. Hidden = public + private (the
-    LiveCodeBench scoring set). time_limit_s: our choice 6 s, LiveCodeBench's per-test default."""
+    LiveCodeBench scoring set). time_limit_s: 6 s per test, LiveCodeBench's default. coding_completion
+    tasks: the program is partial_solution + answer (Problem.program_prefix), as LiveBench runs it.
+    release: "YYYY-MM-DD" keeps the questions of that LiveBench release (released by then, not removed);
+    None keeps all. LiveBench's own unittest-style tasks (2025-04-25 on) are left out and counted."""
+    if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
+        raise ValueError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
+    if release is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(release)):
+        raise ValueError(f"release must be a date YYYY-MM-DD, got {release!r}")
     path = resolve_path("livebench", path)
-    return _collect("livebench", path, _read_records(path), lambda r: _livebench_problem(r, time_limit_s),
-                    split, limit, skip_malformed, _record_split)
+    return _collect("livebench", path, _read_records(path),
+                    lambda r: _livebench_problem(r, time_limit_s, release), split, limit, skip_malformed,
+                    _record_split)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1027,11 +1072,44 @@ LOADERS = {
 }
 
 
-def load(bench, path=None, split="test", limit=None, skip_malformed=False, **options):
+def load(bench, path=None, split="test", limit=None, skip_malformed=False, time_factor=1.0, **options):
     """Problems of one benchmark. `options` go to that benchmark's loader (e.g. challenge=True for MBPP,
-    fallback="drop" for HumanEval, include_generated=False for CodeContests, keep_checker=True for
-    Codeforces). Non-MBPP files are a split already: "test" (or "all") returns the whole file unless its
-    records carry a "split" field."""
+    fallback="drop" for HumanEval, include_generated=False for CodeContests, release="2024-11-25" for
+    LiveBench); `bench_options` lists them. time_factor multiplies every problem's time limit (a Python
+    factor for limits set for C++; 1 = the benchmark's harness). Non-MBPP files are a split already:
+    "test" (or "all") returns the whole file unless its records carry a "split" field."""
     if bench not in LOADERS:
         raise ValueError(f"unknown benchmark {bench!r}; choose one of {sorted(LOADERS)}")
-    return LOADERS[bench](path=path, split=split, limit=limit, skip_malformed=skip_malformed, **options)
+    if not (isinstance(time_factor, (int, float)) and time_factor > 0):
+        raise ValueError(f"time_factor must be a number > 0, got {time_factor!r}")
+    problems = LOADERS[bench](path=path, split=split, limit=limit, skip_malformed=skip_malformed, **options)
+    if time_factor != 1:
+        problems = [dataclasses.replace(p, time_limit_s=p.time_limit_s * time_factor) for p in problems]
+    return problems
+
+
+def bench_options(bench):
+    """The option names load(bench, ...) takes besides path, split and limit."""
+    params = inspect.signature(LOADERS[bench]).parameters
+    return sorted((set(params) | {"time_factor"}) - {"path", "split", "limit"})
+
+
+def parse_bench_options(bench, pairs):
+    """Command-line `KEY=VALUE` strings (--bench-option) -> keyword arguments of load(bench, ...): the one way
+    both scripts pass benchmark options. Values read as JSON where they can (numbers, true / false, null;
+    also none), else as strings. Raises ValueError naming the options the benchmark takes."""
+    allowed, out = bench_options(bench), {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--bench-option {pair!r}: expected KEY=VALUE")
+        if key not in allowed:
+            raise ValueError(f"--bench-option {key}: {bench} takes {', '.join(allowed)}")
+        if text.lower() == "none":
+            out[key] = None
+            continue
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out

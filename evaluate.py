@@ -69,7 +69,9 @@ ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "mapcoder": ("retriever",
 # random stream; results stay valid samples of the same distribution, which is what pass@k needs.
 RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature", "max_new_tokens",
                    "plan_max_new_tokens", "seed", "repair_rounds", "mapcoder_k", "mapcoder_t", "timing_repeats",
-                   *(f"{r}_adapter" for r in ADAPTER_ROLES))
+                   *(f"{r}_adapter" for r in ADAPTER_ROLES), "bench_option", "stop_on_failure")
+# What a results file made before a setting existed was made with (so it still resumes).
+SETTING_DEFAULTS = {"bench_option": [], "stop_on_failure": False}
 
 
 class UsageError(Exception):
@@ -131,13 +133,17 @@ def method_metrics(records: list, n: int) -> dict:
     return out
 
 
-def summarize(records: dict, n: int) -> dict:
+def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
     """{method: [per-problem records]} -> {method: metrics}, plus `cg` where a baseline is present.
 
     CG = pass@1(method) - pass@1(baseline) computed on the problems both methods have, so a partial
-    run of one of them never compares different problem sets.
+    run of one of them never compares different problem sets. exact_apr=False (tests skipped after a
+    failure, --stop-on-failure): APR is None, since skipped tests would count as failed.
     """
     summary = {m: method_metrics(recs, n) for m, recs in records.items()}
+    if not exact_apr:
+        for m in summary.values():
+            m["apr"] = None
     for method, baseline in CG_BASELINE.items():
         if method not in records or baseline not in records:
             continue
@@ -242,7 +248,8 @@ def check_settings(path: str, settings: dict) -> None:
         return
     with open(path) as f:
         old = json.load(f)
-    diff = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in settings.items() if old.get(k) != v]
+    diff = [f"{k}: {old.get(k, SETTING_DEFAULTS.get(k))!r} -> {v!r}" for k, v in settings.items()
+            if old.get(k, SETTING_DEFAULTS.get(k)) != v]
     if diff:
         raise UsageError(f"{os.path.dirname(path)} holds results for other settings ({'; '.join(diff)}); "
                          "pass a different --out or delete that directory")
@@ -318,13 +325,15 @@ def load_model_or_fail(args):
         raise UsageError(f"--model: {e}") from None
 
 
-def build_jobs(problem, attempts, repeat=1) -> list:
+def build_jobs(problem, attempts, repeat=1, stop_on_failure=False) -> list:
     """One sandbox Job per attempt: the program against the problem's hidden tests.
 
     repeat: reruns of a passing program (the sandbox keeps the min CPU time and the median peak memory).
     our choice: 1 by default because pass@k and APR do not need it; raise it when comparing cpu_ms.
+    stop_on_failure: skip the tests after the first failing one (functional / stdio; pass@k stays exact).
     """
-    return [agents.problem_job(problem, a.program, problem.hidden_tests, repeat=repeat) for a in attempts]
+    return [agents.problem_job(problem, a.program, problem.hidden_tests, repeat=repeat,
+                               stop_on_failure=stop_on_failure) for a in attempts]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -340,6 +349,11 @@ def parse_args(argv=None):
                    help="benchmark split; MBPP: test, validation, train, prompt (default: %(default)s)")
     p.add_argument("--data", default=None, metavar="PATH",
                    help="dataset file, overriding the default location (env CORECODE_<BENCH>, then ../shared/data)")
+    p.add_argument("--bench-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a benchmark loader option, repeatable: time_factor=2 (multiply every time limit, e.g. "
+                        "for Python on limits set for C++), time_limit_s=S (codecontests / livebench per-test "
+                        "limit), release=YYYY-MM-DD (livebench), include_generated=false (codecontests), ... "
+                        "(an unknown key lists the benchmark's options; README: Data)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="evaluate only the first N problems of the split")
     p.add_argument("--method", nargs="+", default=list(DEFAULT_METHODS), choices=list(agents.METHODS) + ["all"],
@@ -356,7 +370,8 @@ def parse_args(argv=None):
                             f"{role} is the bare base model")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
-                   help="weights dtype; auto = bf16 on CUDA, fp32 on CPU (default: %(default)s)")
+                   help="weights dtype; auto = bf16 on CUDA and on CPUs that compute bf16 natively "
+                        "(avx512_bf16 / AMX), else fp32 (default: %(default)s)")
     # --- sampling ---
     p.add_argument("-n", "--n", type=int, default=1,
                    help="samples per problem; pass@5 needs n >= 5 (default: %(default)s)")
@@ -383,6 +398,10 @@ def parse_args(argv=None):
                    help="problems generated together, each with n samples (default: %(default)s)")
     # --- execution and output ---
     p.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: CPU count)")
+    p.add_argument("--stop-on-failure", action="store_true",
+                   help="functional / stdio tests: stop a program at its first failing test (pass@k exact, APR not "
+                        "reported); saves most of the CPU of wrong programs on contest benchmarks. Default: all "
+                        "tests run, so APR is exact")
     p.add_argument("--timing-repeats", type=int, default=1, metavar="R",
                    help="run each passing program R times; cpu_ms = min, peak_mb = median (default: %(default)s)")
     p.add_argument("--out", default=None, metavar="DIR",
@@ -411,7 +430,8 @@ def run(args) -> str:
 
     # 1. Problems. Loaded before the model so a missing data file fails in a second, not a minute.
     try:
-        problems = data.load(args.bench, path=args.data, split=args.split, limit=args.limit)
+        options = data.parse_bench_options(args.bench, args.bench_option)
+        problems = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
     except FileNotFoundError as e:
         raise UsageError(f"{e} (pass --data PATH)") from None
     except ValueError as e:  # unknown split, malformed record: data.py's message is already one line
@@ -499,7 +519,7 @@ def run(args) -> str:
                 bar.set_postfix_str(f"executing {sum(map(len, attempts))} programs", refresh=True)
                 # All programs of the chunk go to the pool at once: it runs them in parallel over workers.
                 jobs = [job for p, atts in zip(chunk_problems, attempts)
-                        for job in build_jobs(p, atts, args.timing_repeats)]
+                        for job in build_jobs(p, atts, args.timing_repeats, args.stop_on_failure)]
                 results = pool.run(jobs)
                 t2 = time.perf_counter()
                 lines, k = [], 0
@@ -528,7 +548,7 @@ def run(args) -> str:
         recs = [r for r in read_records(path) if r["id"] in ids]
         if recs:
             records[name] = recs
-    summary = summarize(records, args.n)
+    summary = summarize(records, args.n, exact_apr=not args.stop_on_failure)
     summary_path = os.path.join(out_dir, "summary.json")
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2)

@@ -151,6 +151,9 @@ def get_args(argv=None):
     p.add_argument("--bench", default="mbpp", help="training benchmark (a loader in data.py)")
     p.add_argument("--data", default=None, help="dataset path (default: $CORECODE_<BENCH>, else data.py's default "
                                                  "location; see README, Data)")
+    p.add_argument("--bench-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a benchmark loader option for both splits, repeatable, as in evaluate.py: time_factor=2, "
+                        "time_limit_s=S, release=YYYY-MM-DD (livebench), ... (an unknown key lists them)")
     p.add_argument("--split", default="train", help="training split")
     p.add_argument("--limit", type=int, default=None, help="use only the first N training problems")
     p.add_argument("--eval-split", default="validation", help="held-out split for periodic evaluation")
@@ -189,6 +192,10 @@ def get_args(argv=None):
     p.add_argument("--measure-repeats", type=int, default=3,
                    help="runs of each all-passing program (CPU time = min, peak memory = median): the efficiency "
                         "bonuses compare programs, so one noisy run must not decide; rewards.py adds a noise floor")
+    p.add_argument("--stop-on-failure", action="store_true",
+                   help="functional / stdio tests: stop each program at its first failing test (much less CPU on "
+                        "contest problems); the rewards' pass rate then counts the tests passed before it. Default: "
+                        "all tests run")
     p.add_argument("--toy-target", default="a", help="stage toy only: the character that is rewarded")
     p.add_argument("--mapcoder-k", type=int, default=agents.MAPCODER_K,
                    help="stages retriever / debugger: exemplars recalled in the held-out mapcoder evaluation (the "
@@ -387,7 +394,9 @@ def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
                                          plan_max_new_tokens=args.plan_max_new_tokens, seed=args.seed, agent=agent,
                                          pool=pool, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t,
                                          batch_size=args.eval_batch_size)
-            results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests) for p, a in zip(problems, attempts)])
+            results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests,
+                                                   stop_on_failure=args.stop_on_failure)
+                                for p, a in zip(problems, attempts)])
             passed = [r.verdict == "passed" for r in results]
             rows += [dict(task_id=p.id, method=method, passed=ok, pass_rate=r.pass_rate, plan=a[0].plan,
                           program=a[0].program) for p, a, r, ok in zip(problems, attempts, results, passed)]
@@ -595,8 +604,9 @@ def train(args, pool):
 
     # ---- data
     try:
-        train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit)
-        eval_set = data.load(args.bench, path=args.data, split=args.eval_split, limit=args.eval_limit) \
+        options = data.parse_bench_options(args.bench, args.bench_option)
+        train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
+        eval_set = data.load(args.bench, path=args.data, split=args.eval_split, limit=args.eval_limit, **options) \
             if args.eval_every > 0 else []
     except (FileNotFoundError, ValueError, KeyError) as e:
         fail(str(e))
@@ -735,7 +745,7 @@ def train(args, pool):
         results = [None] * len(leaf_ctxs)
         if row["reward"] != "toy":
             results = pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests,
-                                                   repeat=args.measure_repeats)
+                                                   repeat=args.measure_repeats, stop_on_failure=args.stop_on_failure)
                                 for p, c in zip(leaf_probs, leaf_ctxs)])
         m["t_execute"] = time.time() - t0
 

@@ -388,10 +388,13 @@ def test_codecontests_fixture(capsys):
     assert a.kind == "stdio" and a.public_tests == [{"input": "1 2\n", "output": "3\n"}]
     # hidden = public + private + generated, in that order
     assert [t["output"] for t in a.hidden_tests] == ["3\n", "12\n", "0\n", "99\n"]
-    assert a.time_limit_s == 2.5 and a.memory_limit_mb == 256
+    assert a.time_limit_s == 10.0 and a.memory_limit_mb == 256      # DeepMind's harness: 10 s per test
     assert a.statement.startswith("Given two integers")
-    assert b.hidden_tests == b.public_tests and b.time_limit_s == 4.0 and b.memory_limit_mb == 1024
-    assert "left out 1 codecontests problem(s)" in capsys.readouterr().err  # the file-I/O one, counted
+    assert b.hidden_tests == b.public_tests and b.memory_limit_mb == 1024
+    err = capsys.readouterr().err      # the file-I/O one and the "print any" one (no checker), counted
+    assert "left out 2 codecontests problem(s)" in err and data.NEEDS_CHECKER in err
+    published = data.load("codecontests", path=fixture("code_contests.jsonl"), time_limit_s=None)
+    assert [p.time_limit_s for p in published] == [2.5, 4.0]
     private_only = data.load("codecontests", path=fixture("code_contests.jsonl"), include_generated=False)
     assert len(private_only[0].hidden_tests) == 3
 
@@ -405,24 +408,40 @@ def test_non_mbpp_files_are_one_split():
 
 def test_codeforces_fixture(capsys):
     problems = data.load("codeforces", path=fixture("codeforces.jsonl"))
-    assert [p.id for p in problems] == ["codeforces/2000/A", "codeforces/2000/D"]
+    assert [p.id for p in problems] == ["codeforces/2000/A", "codeforces/2000/C", "codeforces/2000/D"]
     err = capsys.readouterr().err
-    assert "left out 2 codeforces problem(s)" in err and "interactive" in err and "checker" in err
-    a, d = problems
+    assert "left out 2 codeforces problem(s)" in err and "interactive" in err and data.NEEDS_CHECKER in err
+    a, c, d = problems
+    assert a.checker == "" and c.checker.startswith("import sys")
     assert a.kind == "stdio" and a.public_tests == [{"input": "2\n1 2\n", "output": "3\n"}]
     assert len(a.hidden_tests) == 2 and a.time_limit_s == 1.0 and a.memory_limit_mb == 256
     for part in ("Problem A", "Print the sum", "Input\nThe first line", "Output\nOne number.", "Note\n"):
         assert part in a.statement
     assert d.hidden_tests == d.public_tests and d.time_limit_s == 2.5 and d.memory_limit_mb == 512
-    kept = data.load("codeforces", path=fixture("codeforces.jsonl"), keep_checker=True)
-    assert [p.id for p in kept] == ["codeforces/2000/A", "codeforces/2000/C", "codeforces/2000/D"]
+    assert [p.time_limit_s for p in data.load("codeforces", path=fixture("codeforces.jsonl"), time_factor=3)] \
+        == [3.0, 3.0, 7.5]
+
+
+@pytest.mark.parametrize("program, passed", [
+    ("n = int(input())\nprint(*range(n, 0, -1))\n", 2),     # another valid answer: the checker accepts it
+    ("n = int(input())\nprint(*range(1, n + 1))\n", 2),
+    ("n = int(input())\nprint(*[1] * n)\n", 0),
+])
+def test_codeforces_generated_checker_judges_the_outputs(program, passed):
+    import agents
+    import sandbox
+    c = data.load("codeforces", path=fixture("codeforces.jsonl"))[1]
+    with sandbox.SandboxPool(1) as pool:
+        assert pool.run([agents.problem_job(c, program, c.hidden_tests)])[0].passed == passed
 
 
 def test_livebench_fixture(capsys):
     problems = data.load("livebench", path=fixture("livebench.jsonl"))
-    assert [p.id for p in problems] == ["livebench/abc001_a", "livebench/3000", "livebench/lb-0001"]
-    assert "left out 1 livebench problem(s)" in capsys.readouterr().err
-    stdin, func, nested = problems
+    assert [p.id for p in problems] == ["livebench/abc001_a", "livebench/3000", "livebench/lb-0001",
+                                        "livebench/lb-0003"]
+    err = capsys.readouterr().err
+    assert "left out 1 livebench problem(s)" in err and "unittest-style tests" in err
+    stdin, func, nested, _ = problems
     assert stdin.kind == "stdio" and stdin.entry_point == ""
     assert stdin.hidden_tests == [{"input": "1 2\n", "output": "3\n"}, {"input": "4 5\n", "output": "9\n"}]
     assert stdin.statement == "Add\n\nRead a and b; print a+b." and stdin.time_limit_s == 6.0
@@ -435,6 +454,71 @@ def test_livebench_fixture(capsys):
     assert nested.statement == "Double\n\nRead n and print 2n."
     assert nested.starter_code == "n = int(input())\n"
     assert nested.hidden_tests[-1] == {"input": "10\n", "output": "20\n"}
+    assert nested.program_prefix == nested.starter_code and stdin.program_prefix == ""
+
+
+@pytest.mark.parametrize("release, ids", [
+    ("2024-06-24", ["lb-0001", "lb-0003"]),
+    ("2024-11-25", ["lb-0001"]),               # lb-0003 was removed in that release
+    ("2025-04-25", ["lb-0001", "lb-0002"]),    # lb-0002 released then (left out: unittest tests)
+    ("2024-01-01", []),
+])
+def test_livebench_release_filter(release, ids, capsys):
+    problems = data.load("livebench", path=fixture("livebench.jsonl"), release=release)
+    expected = [i for i in ids if i != "lb-0002"]
+    assert [p.id for p in problems] == [f"livebench/{i}" for i in expected]
+    err = capsys.readouterr().err
+    assert ("unittest-style" in err) == ("lb-0002" in ids)
+
+
+def test_livebench_release_must_be_a_date():
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
+        data.load("livebench", path=fixture("livebench.jsonl"), release="last")
+
+
+@pytest.mark.parametrize("answer", ["print(2 * n)", "n = int(input())\nprint(2 * n)"])
+def test_livebench_completion_runs_partial_solution_plus_answer(answer):
+    # LiveBench judges partial_solution + "\n" + answer (unless the answer repeats the partial solution)
+    import agents
+    import sandbox
+    nested = data.load("livebench", path=fixture("livebench.jsonl"))[2]
+    with sandbox.SandboxPool(1) as pool:
+        result = pool.run([agents.problem_job(nested, answer, nested.hidden_tests)])[0]
+    assert result.verdict == "passed", result.error
+
+
+def test_a_completion_inside_a_function_body_is_indented_by_its_prefix():
+    import agents
+    problem = data.Problem(id="x", bench="livebench", statement="", kind="functional", public_tests=[],
+                           hidden_tests=[{"input": "3", "output": "6"}], entry_point="f",
+                           program_prefix="def f(x):\n    y = 2 * x\n")
+    import sandbox
+    with sandbox.SandboxPool(1) as pool:
+        job = agents.problem_job(problem, "    return y", problem.hidden_tests)
+        assert job.program == "def f(x):\n    y = 2 * x\n\n    return y"
+        assert pool.run([job])[0].verdict == "passed"
+
+
+def test_bench_options_parse_to_loader_arguments():
+    assert data.parse_bench_options("livebench", ["release=2024-11-25", "time_limit_s=3", "time_factor=1.5"]) == \
+        {"release": "2024-11-25", "time_limit_s": 3, "time_factor": 1.5}
+    assert data.parse_bench_options("codecontests", ["time_limit_s=none", "include_generated=false"]) == \
+        {"time_limit_s": None, "include_generated": False}
+
+
+@pytest.mark.parametrize("pairs, match", [
+    (["release"], "expected KEY=VALUE"),
+    (["relase=2024-11-25"], "livebench takes release, skip_malformed, time_factor, time_limit_s"),
+])
+def test_bad_bench_options_name_what_is_accepted(pairs, match):
+    with pytest.raises(ValueError, match=match):
+        data.parse_bench_options("livebench", pairs)
+
+
+@pytest.mark.parametrize("kw", [{"time_factor": 0}, {"time_factor": "x"}])
+def test_bad_time_factor(kw):
+    with pytest.raises(ValueError, match="time_factor"):
+        data.load("mbpp", path=fixture("mbpp_sanitized.json"), **kw)
 
 
 def test_livecodebench_solution_using_typing_names_passes_with_its_prelude():

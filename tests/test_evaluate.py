@@ -242,6 +242,37 @@ def test_unwritable_out_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, c
     assert rc == 2 and err.startswith("error:") and "--out" in err and len(err.splitlines()) == 1
 
 
+def test_bad_bench_option_is_one_error_line_naming_the_options(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    rc = evaluate.main(FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path),
+                               "--bench-option", "challange=true"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "mbpp takes challenge, skip_malformed, time_factor" in err and len(err.splitlines()) == 1
+
+
+def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_path, monkeypatch):
+    import types
+    jobs, real = [], evaluate.agents.problem_job
+
+    def spy(*a, **kw):
+        jobs.append(real(*a, **kw))
+        return jobs[-1]
+    monkeypatch.setattr(evaluate.agents, "problem_job", spy)
+    monkeypatch.setattr(evaluate.agents, "run_method", lambda method, model, tok, problems, n, **_: [
+        [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0)] for _ in problems])
+    fixture = os.path.join(ROOT, "tests", "fixtures", "codeforces.jsonl")
+    assert evaluate.main(["--bench", "codeforces", "--data", fixture, "--method", "direct", "--dtype", "float32",
+                          "--model", tiny_model_dir, "--bench-option", "time_factor=2", "--stop-on-failure",
+                          "--out", str(tmp_path)]) == 0
+    assert [j.time_limit_s for j in jobs] == [2.0, 2.0, 5.0] and all(j.stop_on_failure for j in jobs)
+    assert jobs[1].checker        # problem C is judged by its generated_checker
+    with open(tmp_path / "summary.json") as f:
+        summary = json.load(f)["direct"]
+    # A fails its 2nd test, C's checker rejects "3" for n = 3, D passes; APR is not measured
+    assert summary["pass@1"] == pytest.approx(1 / 3) and summary["apr"] is None
+    with open(tmp_path / "settings.json") as f:
+        assert json.load(f)["bench_option"] == ["time_factor=2"]
+
+
 def test_time_estimate_is_printed_before_the_run(tiny_model_dir, mbpp_path, tmp_path, capsys):
     assert evaluate.main(FAST + ["--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path,
                                  "--out", str(tmp_path)]) == 0

@@ -102,7 +102,8 @@ def test_stage_coder_without_planner_adapter_is_a_clear_error(tiny_model_dir, mb
     assert e.value.code == 2 and "--planner-adapter" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"]])
+@pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"],
+                                 ["--bench-option", "time_facter=2"]])
 def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
     argv = small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path) + bad
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], capture_output=True, text=True,
