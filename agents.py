@@ -207,13 +207,19 @@ def sample_token(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
 
     The draw is the exponential race argmax(p / q), q ~ Exp(1) i.i.d., which samples exactly from p
     (the same as torch.multinomial) but needs no device-to-host sync on CUDA. Each row gets its own q,
-    so rows that share a prompt (a GRPO group) still draw independent tokens.
+    so rows that share a prompt (a GRPO group) still draw independent tokens. generator: one
+    torch.Generator, or a list of them, one per equal block of rows (per prompt: a prompt's draws then
+    do not depend on which other prompts share the batch, which data-parallel training relies on).
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = filter_logits(logits.float() / temperature, top_k, top_p)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
-    q = torch.empty_like(probs).exponential_(1.0, generator=generator)  # (B, V)
+    if isinstance(generator, (list, tuple)):
+        rows = probs.shape[0] // len(generator)
+        q = torch.cat([torch.empty_like(probs[:rows]).exponential_(1.0, generator=g) for g in generator])  # (B, V)
+    else:
+        q = torch.empty_like(probs).exponential_(1.0, generator=generator)  # (B, V)
     return (probs / q).argmax(dim=-1)
 
 
@@ -367,8 +373,9 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     prompts: non-empty list of non-empty strings (already chat-formatted, see `chat_prompt`).
     temperature: 0 means greedy (top_k / top_p are then irrelevant). top_k=0 / top_p=1 switch those off.
     stop: optional list of strings; a row stops after the token that completes one of them.
-    generator / seed: the torch.Generator for the draws (on the model's device), or a seed to make one;
-        with neither, a seed is drawn from torch's global RNG, so torch.manual_seed still reproduces runs.
+    generator / seed: the torch.Generator for the draws (on the model's device), or a list of one per prompt
+        (each prompt's samples then depend on its generator only), or a seed to make one; with neither, a
+        seed is drawn from torch's global RNG, so torch.manual_seed still reproduces runs.
     eos_token_ids: ids that end a row; None = `stop_token_ids(model, tokenizer)`, () = never stop on EOS.
     keep_stop: our choice: False (texts are cut before the stop string) because callers extract code or
         plans from the text; the token ids and mask still include the tokens that spelled the stop string.
@@ -389,6 +396,8 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     if isinstance(stop, str):
         stop = [stop]
     stop = [s for s in (stop or []) if s]
+    if isinstance(generator, (list, tuple)) and len(generator) != len(prompts):
+        raise ValueError(f"{len(generator)} generators for {len(prompts)} prompts: give one per prompt")
 
     device = next(model.parameters()).device
     G = group_size

@@ -12,6 +12,11 @@ problems, executes every sampled program on the problem's hidden tests in the sa
                          applies), problems, samples, wall_s,
 then prints one aligned comparison table.
 
+Many GPUs: `torchrun --nproc_per_node N evaluate.py ...` splits each chunk of problems over the ranks (each with
+its own sandbox pool); rank 0 gathers the per-problem lines in order and writes the same files and summary as one
+process would (resume included). Greedy results are the same; with sampling each rank seeds its share of a chunk
+by its first problem's index, so the draws differ from one process's but are samples of the same distribution.
+
 What it is not: a sampler, a sandbox or a metric library. Generation and the multi-agent pipelines live
 in agents.py, execution in sandbox.py, the formulas (unbiased pass@k, APR, Collaboration Gain) in
 rewards.py; this file only wires them together and keeps the books.
@@ -438,8 +443,10 @@ def run(args) -> str:
         raise UsageError(str(e)) from None
     if not problems:
         raise UsageError(f"no problems in {args.bench}/{args.split} (check --split / --data)")
-    print(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
-    print(time_estimate(methods, len(problems), args.n))
+    rank, world = grpo.rank_and_world()
+    say = print if rank == 0 else (lambda *a, **k: None)  # under torchrun rank 0 speaks for all
+    say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
+    say(time_estimate(methods, len(problems), args.n))
 
     # 2. Adapters exist; results already in the out dir were made with the same settings (resume). The rows:
     # one per method, or one per adapter combination of an ablated method (--ablate).
@@ -465,7 +472,7 @@ def run(args) -> str:
         done = {r["id"] for r in read_records(os.path.join(out_dir, f"{name}.jsonl"))}
         todo[name] = [(i, p) for i, p in enumerate(problems) if p.id not in done]
         if len(todo[name]) < len(problems):
-            print(f"{name}: skipped {len(problems) - len(todo[name])} done problems, {len(todo[name])} to go")
+            say(f"{name}: skipped {len(problems) - len(todo[name])} done problems, {len(todo[name])} to go")
 
     # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir
     # before this succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
@@ -483,29 +490,33 @@ def run(args) -> str:
                 loaded.add(role)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        write_settings(settings_path, result_settings(args))
-        with open(os.path.join(out_dir, "args.json"), "w") as f:
-            json.dump(vars(args), f, indent=2)
+        if rank == 0:
+            write_settings(settings_path, result_settings(args))
+            with open(os.path.join(out_dir, "args.json"), "w") as f:
+                json.dump(vars(args), f, indent=2)
     except OSError as e:
         raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
-    if model is not None:
+    if model is not None and rank == 0:
         print(f"model {args.model} on {next(model.parameters()).device} "
               f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "
               f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
               f"(all arguments: {os.path.join(out_dir, 'args.json')})")
 
     # 5. Generate + execute, chunk by chunk. Each chunk's lines are appended and flushed at once, so a
-    # killed run loses at most the chunk in flight.
-    with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
+    # killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size problems per rank, each
+    # rank takes its contiguous share, and rank 0 writes the gathered lines in the chunk's order.
+    workers = args.workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    with SandboxPool(workers) if any(todo.values()) else contextlib.nullcontext() as pool:
         for name, method, off in rows:
             path = os.path.join(out_dir, f"{name}.jsonl")
             # The row's adapters: every loaded one except those this ablation row switches off.
             agent = make_agent(model, loaded - off) if model is not None else None
             # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
             bar = tqdm(total=len(problems), initial=len(problems) - len(todo[name]), desc=name, unit="problem",
-                       disable=None)
-            for start in range(0, len(todo[name]), args.batch_size):
-                chunk = todo[name][start:start + args.batch_size]
+                       disable=None if rank == 0 else True)
+            for start in range(0, len(todo[name]), args.batch_size * world):
+                whole = todo[name][start:start + args.batch_size * world]
+                chunk = grpo.shard(whole, rank, world)
                 chunk_problems = [p for _, p in chunk]
                 bar.set_postfix_str(f"generating {len(chunk)} problems x n={args.n}", refresh=True)
                 t0 = time.perf_counter()
@@ -514,13 +525,13 @@ def run(args) -> str:
                     method, model, tokenizer, chunk_problems, n=args.n, temperature=args.temperature,
                     max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
                     seed=args.seed + chunk[0][0], agent=agent, pool=pool, repair_rounds=args.repair_rounds,
-                    mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t)
+                    mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t) if chunk else []
                 t1 = time.perf_counter()
                 bar.set_postfix_str(f"executing {sum(map(len, attempts))} programs", refresh=True)
                 # All programs of the chunk go to the pool at once: it runs them in parallel over workers.
                 jobs = [job for p, atts in zip(chunk_problems, attempts)
                         for job in build_jobs(p, atts, args.timing_repeats, args.stop_on_failure)]
-                results = pool.run(jobs)
+                results = pool.run(jobs) if jobs else []
                 t2 = time.perf_counter()
                 lines, k = [], 0
                 for p, atts in zip(chunk_problems, attempts):
@@ -532,11 +543,13 @@ def run(args) -> str:
                         # Per-problem share of the chunk's time (generation is batched across problems).
                         "gen_s": (t1 - t0) / len(chunk), "exec_s": (t2 - t1) / len(chunk),
                         "wall_s": (t2 - t0) / len(chunk)}) + "\n")
-                with open(path, "a") as f:
-                    f.writelines(lines)
-                    f.flush()
-                    os.fsync(f.fileno())
-                bar.update(len(chunk))
+                lines = [line for part in grpo.gather(lines) for line in part]  # every rank's, in chunk order
+                if rank == 0:
+                    with open(path, "a") as f:
+                        f.writelines(lines)
+                        f.flush()
+                        os.fsync(f.fileno())
+                bar.update(len(whole))
             bar.close()
 
     # 6. Summary over this run's problems (other rows already in the out dir join the table, so a
@@ -548,6 +561,8 @@ def run(args) -> str:
         recs = [r for r in read_records(path) if r["id"] in ids]
         if recs:
             records[name] = recs
+    if rank != 0:
+        return None      # rank 0 writes the summary
     summary = summarize(records, args.n, exact_apr=not args.stop_on_failure)
     summary_path = os.path.join(out_dir, "summary.json")
     with open(summary_path, "w") as f:
@@ -558,12 +573,23 @@ def run(args) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
+    where = f"rank {rank}: " if world > 1 else ""
+    if world > 1 and args.device is None and agents.torch.cuda.is_available():
+        args.device = f"cuda:{local}"
     try:
         summary_path = run(args)
     except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {where}{e}", file=sys.stderr)
         return 2
-    print(f"summary: {summary_path}")
+    except Exception as e:
+        if world == 1:
+            raise
+        # One line naming the rank; torchrun then stops the other ranks and exits non-zero.
+        print(f"error: {where}{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+        return 1
+    if summary_path:
+        print(f"summary: {summary_path}")
     return 0
 
 

@@ -14,8 +14,13 @@ What it is:
      log-softmax run in chunks, never the full (B, T, V) float32 logits), group-normalised advantages, the k3 KL
      estimator, and the clipped-surrogate loss in the DeepSeekMath form.
 
+  4. Data parallel under torchrun, as five small helpers on torch.distributed (`dist_setup`, `rank_and_world`, `shard`,
+     `gather`, `all_reduce_sum_`): each rank takes a contiguous share of a step's groups and the summed gradients equal the
+     single-process ones (the loss of a rank is scaled by its rows over the global rows).
+
 What it is not: a trainer. It knows nothing of problems, prompts, sandboxes or rewards (train.py glues them), has
-no optimizer loop, no sampling, no distributed code, no quantisation, and no LoRA variants (DoRA, rsLoRA, biases).
+no optimizer loop, no sampling, no launcher (torchrun is), no quantisation, and no LoRA variants (DoRA, rsLoRA,
+biases).
 
 One GRPO step with these pieces (B = prompts x G rows, input_ids = left-padded prompt (P) + completion (T)):
     add_lora(model, "planner"); add_lora(model, "coder"); enable_checkpointing(model)
@@ -753,3 +758,66 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
             "entropy": tok_mean(-logp),
         }
     return loss, stats
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4. Data parallel (torchrun): rank r of W takes a contiguous share, gradients are summed, metrics gathered.
+# Under plain `python` (no WORLD_SIZE) every helper is the identity and no process group exists.
+
+def dist_setup():
+    """Join torchrun's process group (nccl on CUDA, gloo on CPU) when WORLD_SIZE > 1. Returns (rank, world,
+    local_rank); (0, 1, 0) under plain python. Each CUDA rank gets the device cuda:LOCAL_RANK."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if world <= 1:
+        return 0, 1, 0
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local)
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size(), local
+
+
+def rank_and_world():
+    """(rank, world size) of this process: (0, 1) without a process group."""
+    import torch.distributed as dist
+
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+
+
+def shard(items, rank=None, world=None):
+    """Rank `rank`'s contiguous share of `items` (sizes differ by at most one, earlier ranks get the extra):
+    concatenating the shares in rank order gives `items` back, so gathered results keep the global order."""
+    if rank is None:
+        rank, world = rank_and_world()
+    n, extra = divmod(len(items), world)
+    start = rank * n + min(rank, extra)
+    return items[start:start + n + (rank < extra)]
+
+
+def gather(obj):
+    """[obj of rank 0, obj of rank 1, ...] on every rank (any picklable object); [obj] without a process group."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum_(tensors):
+    """Sum tensors in place over the ranks (one flat buffer, one collective); a no-op without a process group."""
+    if rank_and_world()[1] == 1 or not tensors:
+        return
+    import torch.distributed as dist
+
+    flat = torch.cat([t.reshape(-1).float() for t in tensors])  # (sum of numels,)
+    dist.all_reduce(flat)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()

@@ -25,7 +25,14 @@ Each step is a numbered sequence of phases, readable top to bottom in `main()`:
 
 The stage differences live in the STAGES table below, not in subclasses or branches over stages.
 
-What it is not: a trainer framework (no Trainer class, callbacks or config system), multi-GPU, or a vLLM
+Many GPUs: `torchrun --nproc_per_node N train.py ...` runs the same loop data-parallel (README, "Many GPUs"):
+each rank samples, executes and scores a contiguous share of the step's problems (--problems-per-step is global),
+the adapter's gradients are summed over ranks (each rank's loss is scaled by its rows over all rows, so the update
+is the single-process one), and the step's metrics come from the gathered per-sample data. Rank 0 alone writes.
+Each problem of a step samples from its own generator, seeded by (seed, step, problem index), so what a problem
+draws does not depend on which rank or batch it is in, and a resumed run repeats exactly what it would have done.
+
+What it is not: a trainer framework (no Trainer class, callbacks or config system), or a vLLM
 rollout engine. Sampling uses our own KV-cache sampler (agents.sample): exact (greedy == HF generate) and a shared
 prefill per group, but no paged attention or continuous batching.
 
@@ -233,8 +240,9 @@ def get_args(argv=None):
 
 
 def fail(msg):
-    """Bad input: one clear line on stderr and exit 2, never a traceback."""
-    print(f"error: {msg}", file=sys.stderr)
+    """Bad input: one clear line on stderr and exit 2, never a traceback (under torchrun it names the rank)."""
+    rank = f"rank {os.environ['RANK']}: " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+    print(f"error: {rank}{msg}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -284,14 +292,16 @@ def public_failures(probs, ctxs, pool):
     return [p for p, _ in kept], [c for _, c in kept]
 
 
-def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None, show=lambda text: None):
+def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=None, show=lambda text: None):
     """Returns (Samples of the trained role, one row per (group, g)), the leaves: a (problem, context) per
     (group, g, m), in that order, and the groups' problems. A context dict holds each role's parsed output ("plan",
     "program", ...). A stage with needs_public_failure keeps only the problems whose upstream program fails a public
     test (`pool` runs them), so there may be fewer groups than problems; with none left it returns (None, [], [], []).
+    generators: one torch.Generator per problem; every row descending from a problem draws from it.
     show(text) reports progress (role, rows, tokens so far) to the caller's progress bar."""
     row = STAGES[stage]
-    probs, ctxs = list(problems), [{} for _ in problems]
+    # A context carries its problem's generator ("_gen"); the copies made for a group's rows share it.
+    probs, ctxs = list(problems), [{"_gen": g} for g in generators]
     trained = None
     downstream = 0  # roles run so far after the trained one
     for role in row["chain"]:
@@ -317,7 +327,7 @@ def rollout(stage, model, tokenizer, problems, args, generator, agent, pool=None
         with agent(role):
             s = agents.sample(model, tokenizer, prompts, group_size=k, max_new_tokens=budget, temperature=temperature,
                               top_p=args.top_p if role == row["train"] else 1.0, stop=spec["stop"],
-                              generator=generator, progress=lambda t, n: show(f"{what} ({t}/{n})"))
+                              generator=[c["_gen"] for c in ctxs], progress=lambda t, n: show(f"{what} ({t}/{n})"))
         probs = [p for p in probs for _ in range(k)]
         ctxs = [dict(c) for c in ctxs for _ in range(k)]
         for c, p, text in zip(ctxs, probs, s.texts):
@@ -357,6 +367,16 @@ def efficiency_only_frac(reward_list, keys, G):
     return float(np.mean(hits)) if hits else 0.0
 
 
+def summed(dicts):
+    """Key-wise sums of a list of {name: number} dicts (one per rank): times, and loss statistics already weighted by
+    each rank's share of the rows."""
+    out = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
 def eval_path(out, step):
     return os.path.join(out, "eval", f"step_{step:06d}.jsonl")
 
@@ -389,19 +409,22 @@ def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
             rows += [dict(task_id=p.id, method=method, passed=ok, cached_from_step=0)
                      for p, ok in zip(problems, passed)]
         else:
-            attempts = agents.run_method(method, model, tokenizer, problems, n=1, temperature=0.0,
+            mine = grpo.shard(problems)  # under torchrun each rank evaluates its share; the rows are gathered
+            attempts = agents.run_method(method, model, tokenizer, mine, n=1, temperature=0.0,
                                          max_new_tokens=args.max_new_tokens,
                                          plan_max_new_tokens=args.plan_max_new_tokens, seed=args.seed, agent=agent,
                                          pool=pool, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t,
-                                         batch_size=args.eval_batch_size)
+                                         batch_size=args.eval_batch_size) if mine else []
             results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests,
                                                    stop_on_failure=args.stop_on_failure)
-                                for p, a in zip(problems, attempts)])
-            passed = [r.verdict == "passed" for r in results]
-            rows += [dict(task_id=p.id, method=method, passed=ok, pass_rate=r.pass_rate, plan=a[0].plan,
-                          program=a[0].program) for p, a, r, ok in zip(problems, attempts, results, passed)]
+                                for p, a in zip(mine, attempts)]) if mine else []
+            local = [dict(task_id=p.id, method=method, passed=r.verdict == "passed", pass_rate=r.pass_rate,
+                          plan=a[0].plan, program=a[0].program) for p, a, r in zip(mine, attempts, results)]
+            new = [r for part in grpo.gather(local) for r in part]
+            rows += new
+            passed = [r["passed"] for r in new]
             if method != "direct":
-                out.update(plan_stats([a[0].plan for a in attempts], prefix="eval_"))
+                out.update(plan_stats([r["plan"] for r in new], prefix="eval_"))
         out[eval_key(method)] = sum(passed) / max(1, len(passed))
         if method == helper and step > 0:
             # Paired with step 0 on the same problems: b = solved now only, c = solved at step 0 only.
@@ -414,6 +437,8 @@ def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
     if helper != "direct":
         out["eval_cg"] = rewards.collaboration_gain(out[eval_key(helper)], out["eval_pass1_direct"])
     out["t_eval"] = time.time() - t0
+    if grpo.rank_and_world()[0] != 0:
+        return out       # rank 0 writes the rows
     os.makedirs(os.path.join(args.out, "eval"), exist_ok=True)
     with open(eval_path(args.out, step) + ".tmp", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -432,7 +457,7 @@ def checkpoint_dirs(out):
     return sorted(os.path.join(root, d) for d in os.listdir(root) if d.startswith("step_"))
 
 
-def save_checkpoint(out, step, model, role, optimizer, scheduler, generator, keep_last, base_name):
+def save_checkpoint(out, step, model, role, optimizer, scheduler, keep_last, base_name):
     root = os.path.join(out, "checkpoints")
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"step_{step:06d}")
@@ -444,8 +469,7 @@ def save_checkpoint(out, step, model, role, optimizer, scheduler, generator, kee
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "sampler": generator.get_state()},
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     torch.save(state, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
@@ -455,7 +479,9 @@ def save_checkpoint(out, step, model, role, optimizer, scheduler, generator, kee
     return final
 
 
-def load_checkpoint(path, model, role, optimizer, scheduler, generator):
+def load_checkpoint(path, model, role, optimizer, scheduler):
+    """Restore a checkpoint into the model's adapter, the optimizer, the scheduler and the RNGs; returns its step.
+    (Sampling needs no saved state: each problem's generator is a function of (seed, step, problem index).)"""
     grpo.load_adapter(model, role, os.path.join(path, "adapter", role))
     # weights_only=False: the file holds RNG states (numpy tuples) that we wrote ourselves in save_checkpoint.
     state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
@@ -466,8 +492,12 @@ def load_checkpoint(path, model, role, optimizer, scheduler, generator):
     torch.set_rng_state(state["rng"]["torch"])
     if state["rng"]["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    generator.set_state(state["rng"]["sampler"])
     return state["step"]
+
+
+def problem_generator(seed, step, index, device):
+    """The sampling generator of training problem `index` at `step` (0-based): the same on any rank, in any batch."""
+    return torch.Generator(device=device).manual_seed(((seed * 1_000_003 + step) * 1_000_003 + index) % 2**63)
 
 
 def truncate_metrics(path, step):
@@ -561,11 +591,25 @@ def main(argv=None):
         print(f"wrote {out}")
         return
     check_args(args)
+    rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
+    if world > 1:
+        if args.problems_per_step < world:
+            fail(f"--problems-per-step {args.problems_per_step} is global: it must be >= the {world} ranks")
+        if args.device is None and torch.cuda.is_available():
+            args.device = f"cuda:{local}"
     # The sandbox's fork-server workers start before the model: small, clean processes (sandbox.py explains why).
-    # The `with` makes sure they are shut down however training ends.
+    # The `with` makes sure they are shut down however training ends. Under torchrun the ranks of a machine share
+    # its cores.
+    workers = args.workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     try:
-        with sandbox.SandboxPool(workers=args.workers) as pool:
-            train(args, pool)
+        with sandbox.SandboxPool(workers=workers) as pool:
+            train(args, pool, rank, world)
+    except Exception as e:
+        if world == 1:
+            raise
+        # One line naming the rank; torchrun then stops the other ranks and exits non-zero.
+        print(f"error: rank {rank}: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         ckpts = checkpoint_dirs(args.out)
         where = f"last checkpoint: {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
@@ -591,13 +635,15 @@ def check_out_dir(args):
         fail(f"{args.out} already holds checkpoints: pass --resume to continue, or a new --out")
 
 
-def train(args, pool):
+def train(args, pool, rank=0, world=1):
     row = STAGES[args.stage]
     role = row["train"]
     check_out_dir(args)
     metrics_path = os.path.join(args.out, "metrics.jsonl")
+    lead = rank == 0  # the one rank that prints, writes metrics, plots and checkpoints
 
-    # Seeds: python / numpy / torch for init and dropout; a dedicated generator for sampling (saved in checkpoints).
+    # Seeds: python / numpy / torch for init and dropout (the same on every rank: identical LoRA init); sampling
+    # draws from one generator per problem (problem_generator).
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -620,7 +666,7 @@ def train(args, pool):
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     device = next(model.parameters()).device
-    if device.type != "cuda":
+    if device.type != "cuda" and lead:
         print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
               file=sys.stderr)
     targets = tuple(t for t in args.lora_targets.split(",") if t)
@@ -651,21 +697,23 @@ def train(args, pool):
     # ---- optimizer: AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs)
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.99))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup_steps)))
-    generator = torch.Generator(device=device).manual_seed(args.seed)
 
     start = 0
     if args.resume:
-        ckpts = checkpoint_dirs(args.out)  # check_out_dir made sure there is one
-        start = load_checkpoint(ckpts[-1], model, role, optimizer, scheduler, generator)
-        truncate_metrics(metrics_path, start)
-        print(f"resumed from {ckpts[-1]} (step {start})")
-    elif os.path.exists(metrics_path):
+        ckpts = checkpoint_dirs(args.out)  # check_out_dir made sure there is one; every rank loads the same
+        start = load_checkpoint(ckpts[-1], model, role, optimizer, scheduler)
+        if lead:
+            truncate_metrics(metrics_path, start)
+            print(f"resumed from {ckpts[-1]} (step {start})")
+    elif os.path.exists(metrics_path) and lead:
         os.remove(metrics_path)
     # Inputs are valid and the model is loaded: now the run's arguments are worth recording (all of them in
     # args.json, the ones that matter on one line).
-    with open(os.path.join(args.out, "args.json"), "w") as f:
-        json.dump(vars(args), f, indent=1)
-    print(f"train {args.stage}: model {args.model} | {device} {str(next(model.parameters()).dtype).replace('torch.', '')}"
+    if lead:
+        with open(os.path.join(args.out, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=1)
+    say = tqdm.write if lead else (lambda *a, **k: None)  # one voice: other ranks would repeat rank 0's lines
+    say(f"train {args.stage}: model {args.model} | {device} {str(next(model.parameters()).dtype).replace('torch.', '')}"
           f" | {args.num_steps} steps x {args.problems_per_step} problems x G={args.group_size} | lr {args.lr:g} "
           f"beta {args.beta:g} | {len(train_set)} {args.bench}/{args.split} problems, eval on {len(eval_set)} "
           f"{args.eval_split} | out {args.out} (all arguments: args.json)")
@@ -681,6 +729,8 @@ def train(args, pool):
         if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
             show(f"held-out eval on {len(eval_set)} problems")
             m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool, done))
+        if not lead:
+            return
         with open(metrics_path, "a") as f:
             f.write(json.dumps(m) + "\n")
         evaluated = ""
@@ -691,12 +741,12 @@ def train(args, pool):
             if "eval_mcnemar_p" in m:
                 evaluated += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
         if m.get("no_group"):
-            tqdm.write(f"step {done}: no problem of the batch failed its public tests: nothing to train on, "
+            say(f"step {done}: no problem of the batch failed its public tests: nothing to train on, "
                        f"step skipped" + evaluated)
         else:
             bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}",
                             zv=f"{m['zero_var_frac']:.2f}", len=f"{m['completion_len']:.0f}")
-            tqdm.write(f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
+            say(f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
                        f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
                        f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
                        f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s" + evaluated)
@@ -704,50 +754,43 @@ def train(args, pool):
             plot_curves(args.out)
         # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
         if done % args.save_every == 0 or last:
-            save_checkpoint(args.out, done, model, role, optimizer, scheduler, generator, args.keep_last, base_name)
+            save_checkpoint(args.out, done, model, role, optimizer, scheduler, args.keep_last, base_name)
 
     G, M = args.group_size, args.downstream_samples
     # disable=None: the bar (and the phase shown in it) only on a terminal; in a log file only the step lines.
     bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
-               dynamic_ncols=True, disable=None)
+               dynamic_ncols=True, disable=None if lead else True)
 
     def show(text):
         bar.set_postfix_str(text, refresh=True)
     for step in bar:
         m = {"step": step + 1}
-        batch = [train_set[i] for i in batch_indices(step, len(train_set), args.problems_per_step, args.seed)]
+        # The step's problems are a pure function of (step, seed); each rank takes its contiguous share of them.
+        mine = grpo.shard(batch_indices(step, len(train_set), args.problems_per_step, args.seed), rank, world)
+        batch = [train_set[i] for i in mine]
+        generators = [problem_generator(args.seed, step, i, device) for i in mine]
 
         # ---- 0 eval before any update: the baseline Collaboration Gain
         if step == 0 and args.eval_every > 0 and eval_set:
             show(f"held-out eval on {len(eval_set)} problems")
             m.update({k + "_start": v for k, v in held_out_eval(model, tokenizer, eval_set, args, agent, pool, 0).items()})
-            tqdm.write("step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
+            say("step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
 
         # ---- 1 sample
         t0 = time.time()
-        samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, model, tokenizer, batch, args, generator,
+        samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, model, tokenizer, batch, args, generators,
                                                               agent, pool, show)
-        m["t_sample"] = time.time() - t0
-        m["groups"] = len(group_probs)
-        if samples is None:
-            # A needs_public_failure stage whose batch has no failing problem: nothing to train on. our choice: skip
-            # the step (logged, no update) rather than draw more problems, so that the problems of a step stay a
-            # pure function of (step, seed) and a resumed run repeats exactly what the uninterrupted one did.
-            # The LR schedule is not advanced either: it counts updates.
-            m["no_group"] = True
-            m["lr"] = optimizer.param_groups[0]["lr"]
-            log_and_checkpoint(m)
-            continue
+        times = {"t_sample": time.time() - t0}
 
         # ---- 2 execute (the toy stage has nothing to run)
-        show(f"executing {len(leaf_ctxs)} programs")
         t0 = time.time()
         results = [None] * len(leaf_ctxs)
-        if row["reward"] != "toy":
+        if row["reward"] != "toy" and leaf_ctxs:
+            show(f"executing {len(leaf_ctxs)} programs")
             results = pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests,
                                                    repeat=args.measure_repeats, stop_on_failure=args.stop_on_failure)
                                 for p, c in zip(leaf_probs, leaf_ctxs)])
-        m["t_execute"] = time.time() - t0
+        times["t_execute"] = time.time() - t0
 
         # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
         # reached the trained role (all of the batch, except in needs_public_failure stages)
@@ -756,30 +799,53 @@ def train(args, pool):
             sl = slice(i * G * M, (i + 1) * G * M)
             texts = samples.texts[i * G:(i + 1) * G]
             reward_list += REWARDS[row["reward"]](results[sl], texts, G, M, args)
-        plans = [agents.clean_plan(t) for t in samples.texts] if role == "planner" else []
+        plans = [agents.clean_plan(t) for t in samples.texts] if role == "planner" and samples else []
         gated = bool(row.get("format_gate")) and args.format_gate
-        m.update(plan_stats(plans))
+        mine_all = dict(rewards=reward_list, plans=plans,
+                        lens=samples.completion_mask.sum(1).tolist() if samples else [],
+                        pass_rates=[r.pass_rate for r in results if r is not None],
+                        passed=[r.verdict == "passed" for r in results if r is not None],
+                        # what a trained output's reward looks at besides efficiency: its leaves' pass rates, format
+                        keys=[(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
+                               agents.plan_format_ok(plans[j]) if plans and gated else True)
+                              for j in range(len(reward_list))] if row["reward"] != "toy" else [])
+        # The whole step's per-sample data, in the step's problem order (one list per rank, concatenated): the
+        # metrics are those of the step, whatever the number of ranks.
+        parts = grpo.gather(mine_all)
+        step_all = {k: [x for part in parts for x in part[k]] for k in mine_all}
+        offset = sum(len(part["rewards"]) for part in parts[:rank])  # this rank's first row in the step
+        B = len(step_all["rewards"])  # rows of the trained role in the whole step
+        m["groups"] = B // G
+        if B == 0:
+            # A needs_public_failure stage whose batch has no failing problem: nothing to train on. our choice: skip
+            # the step (logged, no update) rather than draw more problems, so that the problems of a step stay a
+            # pure function of (step, seed) and a resumed run repeats exactly what the uninterrupted one did.
+            # The LR schedule is not advanced either: it counts updates.
+            m["no_group"] = True
+            m["lr"] = optimizer.param_groups[0]["lr"]
+            m.update(summed(grpo.gather(times)))
+            log_and_checkpoint(m)
+            continue
+        m.update(plan_stats(step_all["plans"]))
         if row["reward"] != "toy":
-            m["pass_rate"] = float(np.mean([r.pass_rate for r in results]))
-            m["all_pass_frac"] = float(np.mean([r.verdict == "passed" for r in results]))
-            # What a trained output's reward looks at besides efficiency: its leaves' pass rates (and its format).
-            keys = [(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
-                     agents.plan_format_ok(plans[j]) if plans and gated else True) for j in range(len(reward_list))]
-            m["eff_only_frac"] = efficiency_only_frac(reward_list, keys, G)
+            m["pass_rate"] = float(np.mean(step_all["pass_rates"]))
+            m["all_pass_frac"] = float(np.mean(step_all["passed"]))
+            m["eff_only_frac"] = efficiency_only_frac(step_all["rewards"], step_all["keys"], G)
 
-        # ---- 4 advantages
-        adv, adv_stats = grpo.group_advantages(reward_list, G)  # (B,)
+        # ---- 4 advantages of the step's groups (a group never spans ranks); this rank keeps its own rows
+        adv, adv_stats = grpo.group_advantages(step_all["rewards"], G)  # (B,)
         m.update(adv_stats)
-        adv = adv.to(device)
-
-        # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
-        input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (B, P+T)
-        attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (B, P+T)
-        cmask = samples.completion_mask  # (B, T), includes EOS
-        P = samples.prompt_ids.shape[1]
-        m["completion_len"] = cmask.sum(1).float().mean().item()
-        B = input_ids.shape[0]
-        mbs = [slice(a, min(B, a + args.micro_batch)) for a in range(0, B, args.micro_batch)]
+        adv = adv[offset:offset + len(reward_list)].to(device)  # (b,) this rank's rows
+        m["completion_len"] = float(np.mean(step_all["lens"]))
+        mbs = []
+        if samples:
+            # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
+            input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (b, P+T)
+            attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (b, P+T)
+            cmask = samples.completion_mask  # (b, T), includes EOS
+            P = samples.prompt_ids.shape[1]
+            b = input_ids.shape[0]
+            mbs = [slice(a, min(b, a + args.micro_batch)) for a in range(0, b, args.micro_batch)]
 
         def micro(sl):
             """Trim columns no row of this micro-batch uses (left prompt padding, right completion padding)."""
@@ -806,9 +872,10 @@ def train(args, pool):
                     with agent(role):
                         old_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
                                                           temperature=args.temperature))
-        m["t_reference"] = time.time() - t0
+        times["t_reference"] = time.time() - t0
 
-        # ---- 6 learn: loss over micro-batches (scaled so their sum is the mean over all B completions)
+        # ---- 6 learn: loss over micro-batches, each scaled by its rows over the step's B rows, so the gradients
+        # summed over micro-batches (and over ranks) are those of the mean over all B completions
         show(f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
         t0 = time.time()
         model.train()
@@ -824,7 +891,7 @@ def train(args, pool):
                     # Scored at the sampling temperature (policy, old and reference alike): the tokens were drawn
                     # from softmax(logits / T), so that is the distribution whose log-probs the gradient needs.
                     lp = grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
-                                             temperature=args.temperature)  # (b, T)
+                                             temperature=args.temperature)  # (mb, T)
                     old = old_lp[j] if args.ppo_epochs > 1 else lp.detach()
                     ref = ref_lp[j] if args.beta != 0 else None
                     loss, st = grpo.grpo_loss(lp, old, ref, adv[sl], cm, beta=args.beta, clip_eps=args.clip_eps)
@@ -834,6 +901,16 @@ def train(args, pool):
                     (loss * (lp.shape[0] / B)).backward()
                     for k, v in st.items():
                         stats_acc[k] = stats_acc.get(k, 0.0) + v * lp.shape[0] / B / args.ppo_epochs
+                if world > 1:
+                    # Every rank takes the same decision, then the gradients are summed (a rank without rows adds 0).
+                    flag = torch.tensor([float(skipped)])
+                    grpo.all_reduce_sum_([flag])
+                    skipped = bool(flag.item())
+                    if not skipped:
+                        for p in params:
+                            if p.grad is None:
+                                p.grad = torch.zeros_like(p)
+                        grpo.all_reduce_sum_([p.grad for p in params])
                 if skipped:
                     break
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
@@ -845,19 +922,22 @@ def train(args, pool):
             # Non-finite loss or gradient: drop this step's update entirely, log it, and carry on.
             optimizer.zero_grad(set_to_none=True)
             m["skipped"] = True
-            print(f"warning: step {step + 1}: non-finite loss or gradient, update skipped", file=sys.stderr)
+            say(f"warning: step {step + 1}: non-finite loss or gradient, update skipped", file=sys.stderr)
         else:
             m["grad_norm"] = float(grad_norm)
             scheduler.step()  # the schedule counts updates: a skipped step does not advance it
         model.eval()
-        m.update(stats_acc)
+        m.update(summed(grpo.gather(stats_acc)))
         m["lr"] = optimizer.param_groups[0]["lr"]
-        m["t_learn"] = time.time() - t0
+        times["t_learn"] = time.time() - t0
+        m.update(summed(grpo.gather(times)))  # each phase's time summed over ranks
 
         # ---- 7 log, 8 eval/checkpoint
         log_and_checkpoint(m)
 
     # The final adapter, where `--stage coder` and evaluate.py look for it.
+    if not lead:
+        return
     final = os.path.join(args.out, "final")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
