@@ -14,9 +14,9 @@ What it is:
      log-softmax run in chunks, never the full (B, T, V) float32 logits), group-normalised advantages, the k3 KL
      estimator, and the clipped-surrogate loss in the DeepSeekMath form.
 
-  4. Data parallel under torchrun, as five small helpers on torch.distributed (`dist_setup`, `rank_and_world`, `shard`,
-     `gather`, `all_reduce_sum_`): each rank takes a contiguous share of a step's groups and the summed gradients equal the
-     single-process ones (the loss of a rank is scaled by its rows over the global rows).
+  4. Data parallel under torchrun, as five small helpers on torch.distributed (`dist_setup`, `rank_and_world`,
+     `shard`, `gather`, `all_reduce_sum_`): each rank takes a contiguous share of a step's groups, and the summed
+     gradients equal the single-process ones (each rank's loss is scaled by its rows over the global rows).
 
 What it is not: a trainer. It knows nothing of problems, prompts, sandboxes or rewards (train.py glues them), has
 no optimizer loop, no sampling, no launcher (torchrun is), no quantisation, and no LoRA variants (DoRA, rsLoRA,

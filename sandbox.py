@@ -25,8 +25,8 @@ The trust rules (from DESIGN.md "Sandbox: what trustworthy means here"):
    and containers (plus a few stdlib containers: Counter, OrderedDict, defaultdict, deque, Fraction,
    Decimal; and re.Match, which comes back as a `MatchValue`: true and equal only to itself, enough
    for the MBPP tests that assert a match's truthiness), checked with `type(x) is ...`. An always-equal
-   object or an int subclass with a lying `__eq__` is refused and the test fails. The parent compares with Python's own `==`, so benchmark
-   semantics hold (1 == 1.0 == True).
+   object or an int subclass with a lying `__eq__` is refused and the test fails. The parent compares
+   with Python's own `==`, so benchmark semantics hold (1 == 1.0 == True).
 3. Exit codes, prints and anything else the child says about itself are never the verdict. A child
    can at most claim values, and it never saw the values it would have to claim.
 4. CPU time and peak memory come from the kernel (`os.wait4`, and `RUSAGE_CHILDREN` of the job handler

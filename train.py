@@ -9,7 +9,8 @@ LoRA adapters on ONE base model in memory, and the KL reference is that same bas
 every adapter switched off (grpo.adapters_off), so no second copy of the model ever exists. Rewards come only
 from running the programs in the sandbox (sandbox.py) and scoring the results (rewards.py).
 
-Each step is a numbered sequence of phases, readable top to bottom in `main()`:
+Each step is a numbered sequence of phases, read top to bottom from `train()` (set_up, grpo_step ->
+rollout_and_score + learn, log_evaluate_checkpoint):
     1 sample     the frozen roles before the trained one write their output once per problem, the trained role
                  samples a group of G outputs, the frozen roles after it write M outputs for each of those (stage
                  debugger first keeps only the problems whose upstream program fails a PUBLIC test, with that
@@ -47,6 +48,7 @@ import shlex
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -635,20 +637,59 @@ def check_out_dir(args):
         fail(f"{args.out} already holds checkpoints: pass --resume to continue, or a new --out")
 
 
-def train(args, pool, rank=0, world=1):
-    row = STAGES[args.stage]
-    role = row["train"]
-    check_out_dir(args)
-    metrics_path = os.path.join(args.out, "metrics.jsonl")
-    lead = rank == 0  # the one rank that prints, writes metrics, plots and checkpoints
+@dataclass
+class Run:
+    """What a training run holds from one step to the next (state only; the functions below act on it)."""
+    args: argparse.Namespace
+    pool: object                 # sandbox.SandboxPool of this rank
+    rank: int
+    world: int
+    train_set: list
+    eval_set: list
+    model: object
+    tokenizer: object
+    params: list                 # the trained adapter's parameters
+    optimizer: object
+    scheduler: object
+    device: object
+    bar: object = None           # the progress bar (disabled off a terminal and on ranks other than 0)
 
+    @property
+    def lead(self):
+        return self.rank == 0    # the one rank that prints, writes metrics, plots and checkpoints
+
+    @property
+    def role(self):
+        return STAGES[self.args.stage]["train"]
+
+
+def agent_of(model):
+    """agent(r): the context that makes the model act as role `r`: its adapter when it has one, else the bare base."""
+    return lambda r: grpo.use_adapter(model, r) if r in grpo.adapter_names(model) else grpo.adapters_off(model)
+
+
+def say(run, *lines, **kw):
+    """A line under the progress bar, from rank 0 only (the other ranks would repeat it)."""
+    if run.lead:
+        tqdm.write(*lines, **kw)
+
+
+def show(run, text):
+    """The phase inside a step, on the bar (only on a terminal, see the bar's disable=None)."""
+    if run.bar is not None:
+        run.bar.set_postfix_str(text, refresh=True)
+
+
+def set_up(args, pool, rank, world):
+    """Seeds, data, the model with its adapters (only the trained one learns), optimizer and scheduler, and the
+    resume; returns (Run, first step)."""
+    role = STAGES[args.stage]["train"]
+    check_out_dir(args)
     # Seeds: python / numpy / torch for init and dropout (the same on every rank: identical LoRA init); sampling
     # draws from one generator per problem (problem_generator).
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-
-    # ---- data
     try:
         options = data.parse_bench_options(args.bench, args.bench_option)
         train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
@@ -659,20 +700,19 @@ def train(args, pool, rank=0, world=1):
     if not train_set:
         fail(f"no training problems in {args.bench} split {args.split!r}")
 
-    # ---- model and adapters: one base in memory, one named adapter per role
+    # One base in memory, one named adapter per role.
     try:
         model, tokenizer = agents.load_model(args.model, device=args.device,
                                              dtype=None if args.dtype == "auto" else args.dtype)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     device = next(model.parameters()).device
-    if device.type != "cuda" and lead:
+    if device.type != "cuda" and rank == 0:
         print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
               file=sys.stderr)
-    targets = tuple(t for t in args.lora_targets.split(",") if t)
-    given = {name: getattr(args, f"{name}_adapter") for name in ("planner", "coder", "retriever", "debugger")}
     loaded = set()
-    for name, path in given.items():
+    for name in ("planner", "coder", "retriever", "debugger"):
+        path = getattr(args, f"{name}_adapter")
         if path and path != "none":
             try:
                 grpo.load_adapter(model, name, path)
@@ -680,7 +720,8 @@ def train(args, pool, rank=0, world=1):
                 fail(f"--{name}-adapter {path}: {e}")
             loaded.add(name)
     if role not in loaded:
-        grpo.add_lora(model, role, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout, targets=targets)
+        grpo.add_lora(model, role, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
+                      targets=tuple(t for t in args.lora_targets.split(",") if t))
     # Only the trained adapter learns; a loaded frozen one must not (add/load_lora mark all LoRA params trainable).
     for p in model.parameters():
         p.requires_grad_(False)
@@ -690,263 +731,277 @@ def train(args, pool, rank=0, world=1):
     if args.grad_ckpt:
         grpo.enable_checkpointing(model, True)
 
-    def agent(r):
-        """The context that makes the model act as role `r`: its adapter when it has one, else the bare base."""
-        return grpo.use_adapter(model, r) if r in grpo.adapter_names(model) else grpo.adapters_off(model)
-
-    # ---- optimizer: AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs)
+    # AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs).
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.99))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup_steps)))
+    run = Run(args, pool, rank, world, train_set, eval_set, model, tokenizer, params, optimizer, scheduler, device)
 
+    metrics_path = os.path.join(args.out, "metrics.jsonl")
     start = 0
     if args.resume:
         ckpts = checkpoint_dirs(args.out)  # check_out_dir made sure there is one; every rank loads the same
         start = load_checkpoint(ckpts[-1], model, role, optimizer, scheduler)
-        if lead:
+        if run.lead:
             truncate_metrics(metrics_path, start)
             print(f"resumed from {ckpts[-1]} (step {start})")
-    elif os.path.exists(metrics_path) and lead:
+    elif os.path.exists(metrics_path) and run.lead:
         os.remove(metrics_path)
     # Inputs are valid and the model is loaded: now the run's arguments are worth recording (all of them in
     # args.json, the ones that matter on one line).
-    if lead:
+    if run.lead:
         with open(os.path.join(args.out, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=1)
-    say = tqdm.write if lead else (lambda *a, **k: None)  # one voice: other ranks would repeat rank 0's lines
-    say(f"train {args.stage}: model {args.model} | {device} {str(next(model.parameters()).dtype).replace('torch.', '')}"
-          f" | {args.num_steps} steps x {args.problems_per_step} problems x G={args.group_size} | lr {args.lr:g} "
-          f"beta {args.beta:g} | {len(train_set)} {args.bench}/{args.split} problems, eval on {len(eval_set)} "
-          f"{args.eval_split} | out {args.out} (all arguments: args.json)")
-    base_name = args.model
+    say(run, f"train {args.stage}: model {args.model} | {device} "
+             f"{str(next(model.parameters()).dtype).replace('torch.', '')} | {args.num_steps} steps x "
+             f"{args.problems_per_step} problems x G={args.group_size} | lr {args.lr:g} beta {args.beta:g} | "
+             f"{len(train_set)} {args.bench}/{args.split} problems, eval on {len(eval_set)} {args.eval_split} | "
+             f"out {args.out} (all arguments: args.json)" + (f" | {world} ranks" if world > 1 else ""))
+    return run, start
 
-    helper = row.get("eval_method", "planner-coder")
 
-    def log_and_checkpoint(m):
-        """Phases 7-8 of a step (also of a step skipped for want of a group): held-out eval when due, one metrics
-        line, one progress line, and the checkpoint when due."""
-        done = m["step"]
-        last = done == args.num_steps
-        if args.eval_every > 0 and eval_set and (done % args.eval_every == 0 or last):
-            show(f"held-out eval on {len(eval_set)} problems")
-            m.update(held_out_eval(model, tokenizer, eval_set, args, agent, pool, done))
-        if not lead:
-            return
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(m) + "\n")
-        evaluated = ""
-        if eval_key(helper) in m:
-            evaluated = f" | eval {helper} {m[eval_key(helper)]:.3f}"
-            if "eval_cg" in m:
-                evaluated += f" direct {m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}"
-            if "eval_mcnemar_p" in m:
-                evaluated += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
-        if m.get("no_group"):
-            say(f"step {done}: no problem of the batch failed its public tests: nothing to train on, "
-                       f"step skipped" + evaluated)
-        else:
-            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}",
-                            zv=f"{m['zero_var_frac']:.2f}", len=f"{m['completion_len']:.0f}")
-            say(f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
-                       f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
-                       f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
-                       f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s" + evaluated)
-        if "t_eval" in m or last:
-            plot_curves(args.out)
-        # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
-        if done % args.save_every == 0 or last:
-            save_checkpoint(args.out, done, model, role, optimizer, scheduler, args.keep_last, base_name)
-
-    G, M = args.group_size, args.downstream_samples
+def train(args, pool, rank=0, world=1):
+    """The loop: per step, phases 0-8 (set_up, grpo_step, log_evaluate_checkpoint); then the final adapter."""
+    run, start = set_up(args, pool, rank, world)
     # disable=None: the bar (and the phase shown in it) only on a terminal; in a log file only the step lines.
-    bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
-               dynamic_ncols=True, disable=None if lead else True)
-
-    def show(text):
-        bar.set_postfix_str(text, refresh=True)
-    for step in bar:
+    run.bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
+                   dynamic_ncols=True, disable=None if run.lead else True)
+    for step in run.bar:
         m = {"step": step + 1}
-        # The step's problems are a pure function of (step, seed); each rank takes its contiguous share of them.
-        mine = grpo.shard(batch_indices(step, len(train_set), args.problems_per_step, args.seed), rank, world)
-        batch = [train_set[i] for i in mine]
-        generators = [problem_generator(args.seed, step, i, device) for i in mine]
-
         # ---- 0 eval before any update: the baseline Collaboration Gain
-        if step == 0 and args.eval_every > 0 and eval_set:
-            show(f"held-out eval on {len(eval_set)} problems")
-            m.update({k + "_start": v for k, v in held_out_eval(model, tokenizer, eval_set, args, agent, pool, 0).items()})
-            say("step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
+        if step == 0 and args.eval_every > 0 and run.eval_set:
+            show(run, f"held-out eval on {len(run.eval_set)} problems")
+            start_eval = held_out_eval(run.model, run.tokenizer, run.eval_set, args, agent_of(run.model), pool, 0)
+            m.update({k + "_start": v for k, v in start_eval.items()})
+            say(run, "step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
+        grpo_step(run, step, m)
+        log_evaluate_checkpoint(run, m)
+    if run.lead:
+        # The final adapter, where `--stage coder` and evaluate.py look for it.
+        final = os.path.join(args.out, "final")
+        tmp = final + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        grpo.save_adapter(run.model, run.role, os.path.join(tmp, run.role), base_model_name_or_path=args.model)
+        with open(os.path.join(tmp, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=1)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        print(f"done: adapter in {os.path.join(final, run.role)}, metrics in {os.path.join(args.out, 'metrics.jsonl')}")
 
-        # ---- 1 sample
-        t0 = time.time()
-        samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, model, tokenizer, batch, args, generators,
-                                                              agent, pool, show)
-        times = {"t_sample": time.time() - t0}
 
-        # ---- 2 execute (the toy stage has nothing to run)
-        t0 = time.time()
-        results = [None] * len(leaf_ctxs)
-        if row["reward"] != "toy" and leaf_ctxs:
-            show(f"executing {len(leaf_ctxs)} programs")
-            results = pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests,
+def grpo_step(run, step, m):
+    """Phases 1-6 of one step, filling the metrics dict m. Each rank takes its contiguous share of the step's
+    problems (a pure function of (step, seed)); the metrics are those of the whole step."""
+    args = run.args
+    G = args.group_size
+    mine = grpo.shard(batch_indices(step, len(run.train_set), args.problems_per_step, args.seed), run.rank, run.world)
+    generators = [problem_generator(args.seed, step, i, run.device) for i in mine]
+    samples, rewards_mine, step_all, times = rollout_and_score(run, [run.train_set[i] for i in mine], generators)
+    offset = sum(step_all["rows_per_rank"][:run.rank])  # this rank's first row in the step
+    B = len(step_all["rewards"])  # rows of the trained role in the whole step
+    m["groups"] = B // G
+    if B == 0:
+        # A needs_public_failure stage whose batch has no failing problem: nothing to train on. our choice: skip
+        # the step (logged, no update) rather than draw more problems, so that the problems of a step stay a
+        # pure function of (step, seed) and a resumed run repeats exactly what the uninterrupted one did.
+        # The LR schedule is not advanced either: it counts updates.
+        m["no_group"] = True
+        m["lr"] = run.optimizer.param_groups[0]["lr"]
+        m.update(summed(grpo.gather(times)))
+        return
+    m.update(plan_stats(step_all["plans"]))
+    if STAGES[args.stage]["reward"] != "toy":
+        m["pass_rate"] = float(np.mean(step_all["pass_rates"]))
+        m["all_pass_frac"] = float(np.mean(step_all["passed"]))
+        m["eff_only_frac"] = efficiency_only_frac(step_all["rewards"], step_all["keys"], G)
+    m["completion_len"] = float(np.mean(step_all["lens"]))
+
+    # ---- 4 advantages of the step's groups (a group never spans ranks); this rank keeps its own rows
+    adv, adv_stats = grpo.group_advantages(step_all["rewards"], G)  # (B,)
+    m.update(adv_stats)
+    adv = adv[offset:offset + len(rewards_mine)].to(run.device)  # (b,) this rank's rows
+    learn(run, samples, adv, B, m, times)
+    m.update(summed(grpo.gather(times)))  # each phase's time summed over ranks
+
+
+def rollout_and_score(run, batch, generators):
+    """Phases 1-3 on this rank's problems: sample, execute, reward. Returns (Samples or None, this rank's rewards,
+    the step's per-sample data gathered from every rank in the step's problem order, this rank's times)."""
+    args, row = run.args, STAGES[run.args.stage]
+    G, M = args.group_size, args.downstream_samples
+    # ---- 1 sample
+    t0 = time.time()
+    samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, run.model, run.tokenizer, batch, args,
+                                                          generators, agent_of(run.model), run.pool,
+                                                          lambda text: show(run, text))
+    times = {"t_sample": time.time() - t0}
+    # ---- 2 execute (the toy stage has nothing to run)
+    t0 = time.time()
+    results = [None] * len(leaf_ctxs)
+    if row["reward"] != "toy" and leaf_ctxs:
+        show(run, f"executing {len(leaf_ctxs)} programs")
+        results = run.pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests,
                                                    repeat=args.measure_repeats, stop_on_failure=args.stop_on_failure)
                                 for p, c in zip(leaf_probs, leaf_ctxs)])
-        times["t_execute"] = time.time() - t0
+    times["t_execute"] = time.time() - t0
+    # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
+    # reached the trained role (all of the batch, except in needs_public_failure stages)
+    rewards_mine = []
+    for i in range(len(group_probs)):
+        texts = samples.texts[i * G:(i + 1) * G]
+        rewards_mine += REWARDS[row["reward"]](results[i * G * M:(i + 1) * G * M], texts, G, M, args)
+    plans = [agents.clean_plan(t) for t in samples.texts] if row["train"] == "planner" and samples else []
+    gated = bool(row.get("format_gate")) and args.format_gate
+    mine = dict(rewards=rewards_mine, plans=plans, rows_per_rank=[len(rewards_mine)],
+                lens=samples.completion_mask.sum(1).tolist() if samples else [],
+                pass_rates=[r.pass_rate for r in results if r is not None],
+                passed=[r.verdict == "passed" for r in results if r is not None],
+                # what a trained output's reward looks at besides efficiency: its leaves' pass rates and its format
+                keys=[(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
+                       agents.plan_format_ok(plans[j]) if plans and gated else True)
+                      for j in range(len(rewards_mine))] if row["reward"] != "toy" else [])
+    # The whole step's per-sample data (one list per rank, concatenated in rank order = problem order): the metrics
+    # are those of the step, whatever the number of ranks.
+    parts = grpo.gather(mine)
+    return samples, rewards_mine, {k: [x for part in parts for x in part[k]] for k in mine}, times
 
-        # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
-        # reached the trained role (all of the batch, except in needs_public_failure stages)
-        reward_list = []
-        for i in range(len(group_probs)):
-            sl = slice(i * G * M, (i + 1) * G * M)
-            texts = samples.texts[i * G:(i + 1) * G]
-            reward_list += REWARDS[row["reward"]](results[sl], texts, G, M, args)
-        plans = [agents.clean_plan(t) for t in samples.texts] if role == "planner" and samples else []
-        gated = bool(row.get("format_gate")) and args.format_gate
-        mine_all = dict(rewards=reward_list, plans=plans,
-                        lens=samples.completion_mask.sum(1).tolist() if samples else [],
-                        pass_rates=[r.pass_rate for r in results if r is not None],
-                        passed=[r.verdict == "passed" for r in results if r is not None],
-                        # what a trained output's reward looks at besides efficiency: its leaves' pass rates, format
-                        keys=[(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
-                               agents.plan_format_ok(plans[j]) if plans and gated else True)
-                              for j in range(len(reward_list))] if row["reward"] != "toy" else [])
-        # The whole step's per-sample data, in the step's problem order (one list per rank, concatenated): the
-        # metrics are those of the step, whatever the number of ranks.
-        parts = grpo.gather(mine_all)
-        step_all = {k: [x for part in parts for x in part[k]] for k in mine_all}
-        offset = sum(len(part["rewards"]) for part in parts[:rank])  # this rank's first row in the step
-        B = len(step_all["rewards"])  # rows of the trained role in the whole step
-        m["groups"] = B // G
-        if B == 0:
-            # A needs_public_failure stage whose batch has no failing problem: nothing to train on. our choice: skip
-            # the step (logged, no update) rather than draw more problems, so that the problems of a step stay a
-            # pure function of (step, seed) and a resumed run repeats exactly what the uninterrupted one did.
-            # The LR schedule is not advanced either: it counts updates.
-            m["no_group"] = True
-            m["lr"] = optimizer.param_groups[0]["lr"]
-            m.update(summed(grpo.gather(times)))
-            log_and_checkpoint(m)
-            continue
-        m.update(plan_stats(step_all["plans"]))
-        if row["reward"] != "toy":
-            m["pass_rate"] = float(np.mean(step_all["pass_rates"]))
-            m["all_pass_frac"] = float(np.mean(step_all["passed"]))
-            m["eff_only_frac"] = efficiency_only_frac(step_all["rewards"], step_all["keys"], G)
 
-        # ---- 4 advantages of the step's groups (a group never spans ranks); this rank keeps its own rows
-        adv, adv_stats = grpo.group_advantages(step_all["rewards"], G)  # (B,)
-        m.update(adv_stats)
-        adv = adv[offset:offset + len(reward_list)].to(device)  # (b,) this rank's rows
-        m["completion_len"] = float(np.mean(step_all["lens"]))
-        mbs = []
-        if samples:
-            # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
-            input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (b, P+T)
-            attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (b, P+T)
-            cmask = samples.completion_mask  # (b, T), includes EOS
-            P = samples.prompt_ids.shape[1]
-            b = input_ids.shape[0]
-            mbs = [slice(a, min(b, a + args.micro_batch)) for a in range(0, b, args.micro_batch)]
+def learn(run, samples, adv, B, m, times):
+    """Phases 5-6 on this rank's rows: reference (and old) log-probs, then the GRPO loss over micro-batches, each
+    scaled by its rows over the step's B rows, so the gradients summed over micro-batches and over ranks are those
+    of the mean over all B completions; clip, step. A rank without rows adds zero gradients."""
+    args, model = run.args, run.model
+    agent = agent_of(model)
+    mbs = []
+    if samples:
+        # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
+        input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (b, P+T)
+        attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (b, P+T)
+        cmask = samples.completion_mask  # (b, T), includes EOS
+        P, b = samples.prompt_ids.shape[1], input_ids.shape[0]
+        mbs = [slice(a, min(b, a + args.micro_batch)) for a in range(0, b, args.micro_batch)]
 
-        def micro(sl):
-            """Trim columns no row of this micro-batch uses (left prompt padding, right completion padding)."""
-            ids, am, cm = input_ids[sl], attn[sl], cmask[sl]
-            left = int(samples.prompt_mask[sl].sum(1).max())  # longest prompt in the micro-batch
-            right = max(1, int(cm.sum(1).max()))  # longest completion
-            cols = slice(P - left, P + right)
-            return ids[:, cols], am[:, cols], cm[:, :right], left
+    def micro(sl):
+        """Trim columns no row of this micro-batch uses (left prompt padding, right completion padding)."""
+        left = int(samples.prompt_mask[sl].sum(1).max())  # longest prompt in the micro-batch
+        right = max(1, int(cmask[sl].sum(1).max()))  # longest completion
+        cols = slice(P - left, P + right)
+        return input_ids[sl][:, cols], attn[sl][:, cols], cmask[sl][:, :right], left
 
-        # ---- 5 reference (and old) log-probs, no grad: adapters off = the frozen base = the reference policy
-        show("reference log-probs")
-        t0 = time.time()
-        ref_lp, old_lp = [], []
-        with torch.no_grad():
-            model.eval()
-            for sl in mbs:
+    def logprobs(ids, am, left):
+        # At the sampling temperature (policy, old and reference alike): the tokens were drawn from
+        # softmax(logits / T), so that is the distribution whose log-probs the gradient needs.
+        return grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk, temperature=args.temperature)
+
+    # ---- 5 reference (and old) log-probs, no grad: adapters off = the frozen base = the reference policy
+    show(run, "reference log-probs")
+    t0 = time.time()
+    ref_lp, old_lp = [], []
+    with torch.no_grad():
+        model.eval()
+        for sl in mbs:
+            ids, am, _, left = micro(sl)
+            if args.beta != 0:
+                with grpo.adapters_off(model):
+                    ref_lp.append(logprobs(ids, am, left))
+            if args.ppo_epochs > 1:
+                with agent(run.role):  # sampling-time log-probs; with one pass old == logp.detach() (below)
+                    old_lp.append(logprobs(ids, am, left))
+    times["t_reference"] = time.time() - t0
+
+    # ---- 6 learn, forward AND backward under the trained role's adapter
+    show(run, f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
+    t0 = time.time()
+    model.train()
+    stats, skipped = {}, False
+    with agent(run.role):
+        for _ in range(args.ppo_epochs):
+            run.optimizer.zero_grad(set_to_none=True)
+            for j, sl in enumerate(mbs):
                 ids, am, cm, left = micro(sl)
-                if args.beta != 0:
-                    with grpo.adapters_off(model):
-                        ref_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
-                                                          temperature=args.temperature))
-                if args.ppo_epochs > 1:
-                    # Sampling-time log-probs of the current policy; with one pass old == logp.detach() (below).
-                    with agent(role):
-                        old_lp.append(grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
-                                                          temperature=args.temperature))
-        times["t_reference"] = time.time() - t0
-
-        # ---- 6 learn: loss over micro-batches, each scaled by its rows over the step's B rows, so the gradients
-        # summed over micro-batches (and over ranks) are those of the mean over all B completions
-        show(f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
-        t0 = time.time()
-        model.train()
-        stats_acc = {}
-        skipped = False
-        # Forward AND backward under the trained role's adapter (grpo.py's checkpointing also pins it for the
-        # recompute, but there is no reason to backward under another adapter).
-        with agent(role):
-            for epoch in range(args.ppo_epochs):
-                optimizer.zero_grad(set_to_none=True)
-                for j, sl in enumerate(mbs):
-                    ids, am, cm, left = micro(sl)
-                    # Scored at the sampling temperature (policy, old and reference alike): the tokens were drawn
-                    # from softmax(logits / T), so that is the distribution whose log-probs the gradient needs.
-                    lp = grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk,
-                                             temperature=args.temperature)  # (mb, T)
-                    old = old_lp[j] if args.ppo_epochs > 1 else lp.detach()
-                    ref = ref_lp[j] if args.beta != 0 else None
-                    loss, st = grpo.grpo_loss(lp, old, ref, adv[sl], cm, beta=args.beta, clip_eps=args.clip_eps)
-                    if not torch.isfinite(loss):
-                        skipped = True
-                        break
-                    (loss * (lp.shape[0] / B)).backward()
-                    for k, v in st.items():
-                        stats_acc[k] = stats_acc.get(k, 0.0) + v * lp.shape[0] / B / args.ppo_epochs
-                if world > 1:
-                    # Every rank takes the same decision, then the gradients are summed (a rank without rows adds 0).
-                    flag = torch.tensor([float(skipped)])
-                    grpo.all_reduce_sum_([flag])
-                    skipped = bool(flag.item())
-                    if not skipped:
-                        for p in params:
-                            if p.grad is None:
-                                p.grad = torch.zeros_like(p)
-                        grpo.all_reduce_sum_([p.grad for p in params])
-                if skipped:
-                    break
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
-                if not torch.isfinite(grad_norm):
+                lp = logprobs(ids, am, left)  # (mb, T)
+                loss, st = grpo.grpo_loss(lp, old_lp[j] if args.ppo_epochs > 1 else lp.detach(),
+                                          ref_lp[j] if args.beta != 0 else None, adv[sl], cm, beta=args.beta,
+                                          clip_eps=args.clip_eps)
+                if not torch.isfinite(loss):
                     skipped = True
                     break
-                optimizer.step()
-        if skipped:
-            # Non-finite loss or gradient: drop this step's update entirely, log it, and carry on.
-            optimizer.zero_grad(set_to_none=True)
-            m["skipped"] = True
-            say(f"warning: step {step + 1}: non-finite loss or gradient, update skipped", file=sys.stderr)
-        else:
-            m["grad_norm"] = float(grad_norm)
-            scheduler.step()  # the schedule counts updates: a skipped step does not advance it
-        model.eval()
-        m.update(summed(grpo.gather(stats_acc)))
-        m["lr"] = optimizer.param_groups[0]["lr"]
-        times["t_learn"] = time.time() - t0
-        m.update(summed(grpo.gather(times)))  # each phase's time summed over ranks
+                (loss * (lp.shape[0] / B)).backward()
+                for k, v in st.items():
+                    stats[k] = stats.get(k, 0.0) + v * lp.shape[0] / B / args.ppo_epochs
+            skipped = sum_gradients(run, skipped)
+            if skipped:
+                break
+            grad_norm = torch.nn.utils.clip_grad_norm_(run.params, args.grad_clip)
+            if not torch.isfinite(grad_norm):
+                skipped = True
+                break
+            run.optimizer.step()
+    if skipped:
+        # Non-finite loss or gradient: drop this step's update entirely, log it, and carry on.
+        run.optimizer.zero_grad(set_to_none=True)
+        m["skipped"] = True
+        say(run, f"warning: step {m['step']}: non-finite loss or gradient, update skipped", file=sys.stderr)
+    else:
+        m["grad_norm"] = float(grad_norm)
+        run.scheduler.step()  # the schedule counts updates: a skipped step does not advance it
+    model.eval()
+    m.update(summed(grpo.gather(stats)))
+    m["lr"] = run.optimizer.param_groups[0]["lr"]
+    times["t_learn"] = time.time() - t0
 
-        # ---- 7 log, 8 eval/checkpoint
-        log_and_checkpoint(m)
 
-    # The final adapter, where `--stage coder` and evaluate.py look for it.
-    if not lead:
+def sum_gradients(run, skipped):
+    """Under torchrun: every rank takes the same skip decision, then the adapter's gradients are summed over ranks
+    (a rank without rows adds zeros). Returns whether the update is skipped."""
+    if run.world == 1:
+        return skipped
+    flag = torch.tensor([float(skipped)])
+    grpo.all_reduce_sum_([flag])
+    if flag.item():
+        return True
+    for p in run.params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grpo.all_reduce_sum_([p.grad for p in run.params])
+    return False
+
+
+def log_evaluate_checkpoint(run, m):
+    """Phases 7-8 of a step (also of a step skipped for want of a group): held-out eval when due (every rank takes
+    its share), then on rank 0 one metrics line, one progress line, the curves, and the checkpoint when due."""
+    args = run.args
+    done = m["step"]
+    last = done == args.num_steps
+    if args.eval_every > 0 and run.eval_set and (done % args.eval_every == 0 or last):
+        show(run, f"held-out eval on {len(run.eval_set)} problems")
+        m.update(held_out_eval(run.model, run.tokenizer, run.eval_set, args, agent_of(run.model), run.pool, done))
+    if not run.lead:
         return
-    final = os.path.join(args.out, "final")
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    grpo.save_adapter(model, role, os.path.join(tmp, role), base_model_name_or_path=base_name)
-    with open(os.path.join(tmp, "args.json"), "w") as f:
-        json.dump(vars(args), f, indent=1)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    print(f"done: adapter in {os.path.join(final, role)}, metrics in {metrics_path}")
+    with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(m) + "\n")
+    helper = STAGES[args.stage].get("eval_method", "planner-coder")
+    evaluated = ""
+    if eval_key(helper) in m:
+        evaluated = f" | eval {helper} {m[eval_key(helper)]:.3f}"
+        if "eval_cg" in m:
+            evaluated += f" direct {m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}"
+        if "eval_mcnemar_p" in m:
+            evaluated += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
+    if m.get("no_group"):
+        say(run, f"step {done}: no problem of the batch failed its public tests: nothing to train on, step skipped"
+                 + evaluated)
+    else:
+        run.bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}",
+                            zv=f"{m['zero_var_frac']:.2f}", len=f"{m['completion_len']:.0f}")
+        say(run, f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
+                 f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
+                 f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
+                 f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s" + evaluated)
+    if "t_eval" in m or last:
+        plot_curves(args.out)
+    # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
+    if done % args.save_every == 0 or last:
+        save_checkpoint(args.out, done, run.model, run.role, run.optimizer, run.scheduler, args.keep_last, args.model)
 
 
 if __name__ == "__main__":
