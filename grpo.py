@@ -13,7 +13,6 @@ What it is:
   3. The GRPO objective as pure tensor functions: per-token log-probs of completions (the output layer and the
      log-softmax run in chunks, never the full (B, T, V) float32 logits), group-normalised advantages, the k3 KL
      estimator, and the clipped-surrogate loss in the DeepSeekMath form.
-
   4. Data parallel under torchrun, as five small helpers on torch.distributed (`dist_setup`, `rank_and_world`,
      `shard`, `gather`, `all_reduce_sum_`): each rank takes a contiguous share of a step's groups, and the summed
      gradients equal the single-process ones (each rank's loss is scaled by its rows over the global rows).
