@@ -368,24 +368,6 @@ def load_adapter(model, name, directory):
             param.copy_(value)
 
 
-def save_adapters(model, directory, base_model_name_or_path=""):
-    """Save every adapter to directory/<name>/ (PEFT's layout for named adapters); returns the names."""
-    names = adapter_names(model)
-    for name in names:
-        save_adapter(model, name, os.path.join(directory, name), base_model_name_or_path)
-    return names
-
-
-def load_adapters(model, directory):
-    """Load every directory/<name>/ that holds an adapter_config.json as adapter <name>; returns the names."""
-    names = sorted(d for d in os.listdir(directory) if os.path.exists(os.path.join(directory, d, ADAPTER_CONFIG)))
-    if not names:
-        raise FileNotFoundError(f"no adapter subfolders (<name>/{ADAPTER_CONFIG}) in {directory}")
-    for name in names:
-        load_adapter(model, name, os.path.join(directory, name))
-    return names
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # 3. Gradient checkpointing of the decoder layers
 

@@ -68,7 +68,6 @@ stack-frame walking to forge the harness result, printing "passed", truncated st
 user_namespaces(7), pid_namespaces(7), pivot_root(2), setrlimit(2), wait4(2).
 """
 import ast
-import atexit
 import builtins
 import collections
 import ctypes
@@ -2150,25 +2149,6 @@ class SandboxPool:
 
     def __exit__(self, *exc):
         self.close()
-
-
-_DEFAULT_POOL = None
-_DEFAULT_LOCK = threading.Lock()
-
-
-def default_pool() -> SandboxPool:
-    """The shared pool behind run_job (created on first use, closed at exit)."""
-    global _DEFAULT_POOL
-    with _DEFAULT_LOCK:
-        if _DEFAULT_POOL is None:
-            _DEFAULT_POOL = SandboxPool()
-            atexit.register(_DEFAULT_POOL.close)
-        return _DEFAULT_POOL
-
-
-def run_job(job: Job) -> ProgramResult:
-    """Run one program with the shared default pool."""
-    return default_pool().run([job])[0]
 
 
 def _clip(text, n=400):

@@ -6,7 +6,6 @@ clear errors on bad input. What it is not: a test of training quality. Everythin
 """
 import copy
 import json
-import os
 
 import pytest
 import torch
@@ -219,20 +218,6 @@ def test_adding_an_adapter_keeps_the_active_one(model):
     # q_proj comes before v_proj in module order: its new wrapper must not reset the active adapter.
     grpo.add_lora(model, "coder", r=4, targets=("q_proj",))
     assert all(m.active == "planner" for _, m in grpo.lora_modules(model))
-
-
-def test_save_adapters_one_subfolder_each(model, ids, tiny_model_dir, tmp_path):
-    grpo.add_lora(model, "planner", r=4, alpha=8)
-    grpo.add_lora(model, "coder", r=4, alpha=16)
-    randomize_B(model, "planner", seed=1)
-    randomize_B(model, "coder", seed=2)
-    assert grpo.save_adapters(model, str(tmp_path)) == ["planner", "coder"]
-    assert sorted(os.listdir(tmp_path)) == ["coder", "planner"]
-    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    assert grpo.load_adapters(fresh, str(tmp_path)) == ["coder", "planner"]
-    for name in ("planner", "coder"):
-        with grpo.use_adapter(model, name), grpo.use_adapter(fresh, name):
-            assert torch.allclose(logits(fresh, ids), logits(model, ids), atol=ATOL)
 
 
 # --- bad input --------------------------------------------------------------------------------------------------
