@@ -505,8 +505,7 @@ def run(args) -> str:
     # 5. Generate + execute, chunk by chunk. Each chunk's lines are appended and flushed at once, so a
     # killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size problems per rank, each
     # rank takes its contiguous share, and rank 0 writes the gathered lines in the chunk's order.
-    workers = args.workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    with SandboxPool(workers) if any(todo.values()) else contextlib.nullcontext() as pool:
+    with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
         for name, method, off in rows:
             path = os.path.join(out_dir, f"{name}.jsonl")
             # The row's adapters: every loaded one except those this ablation row switches off.

@@ -2056,11 +2056,12 @@ class SandboxPool:
     the workers are fresh interpreters started with fork+exec, and they talk over pipes."""
 
     def __init__(self, workers: int | None = None, isolation: str = "auto"):
-        """workers: default = the CPUs this process may use. isolation: "auto" (namespaces where the
-        kernel allows) or "none" (rlimits, sessions and the uid drop only)."""
+        """workers: default = the CPUs this process may use, shared with the other torchrun ranks on this machine
+        (LOCAL_WORLD_SIZE). isolation: "auto" (namespaces where the kernel allows) or "none" (rlimits, sessions
+        and the uid drop only)."""
         if isolation not in ("auto", "none"):
             raise ValueError("isolation must be 'auto' or 'none'")
-        n = workers or len(os.sched_getaffinity(0))
+        n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self._workers = []
         try:
             for i in range(n):

@@ -601,10 +601,9 @@ def main(argv=None):
             args.device = f"cuda:{local}"
     # The sandbox's fork-server workers start before the model: small, clean processes (sandbox.py explains why).
     # The `with` makes sure they are shut down however training ends. Under torchrun the ranks of a machine share
-    # its cores.
-    workers = args.workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    # its cores (SandboxPool's default).
     try:
-        with sandbox.SandboxPool(workers=workers) as pool:
+        with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
     except Exception as e:
         if world == 1:
