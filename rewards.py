@@ -51,7 +51,7 @@ def _check_rates(rates, what):
 
 
 def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3, tie_margin=0.5,
-                    noise_rel=0.25, noise_abs_s=2e-4):
+                    noise_rel=0.25, noise_abs_s=1e-3):
     """Rewards of one group of G Algorithmic Thoughts: pass_rates[g][m], cpu_s[g][m] for the M programs
     the frozen Coder wrote from thought g. Returns G floats in [0, 1 + w_time).
 
@@ -81,9 +81,10 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
         below ~1 ms is measurement noise (and it avoids dividing by 0).
     tie_margin: our choice 0.5 (must be in (0, 1)): the time bonus may use at most half of the smallest
         pass-rate gap, because that keeps "more tests passed beats faster" strict for any inputs.
-    noise_rel, noise_abs_s: our choice 25% of the median and 0.2 ms: differences below them are measurement
+    noise_rel, noise_abs_s: our choice 25% of the median and 1 ms: differences below them are measurement
         noise. Measured: 8 single runs of one MBPP program took 1.40-1.74 ms of CPU (the widest pair 24% apart);
-        train.py also takes the min over --measure-repeats runs (sandbox Job.repeat), which narrows that further.
+        on a loaded CI machine 8 copies, each the min of 3 runs (train.py's --measure-repeats, Job.repeat),
+        took 1.54-2.08 ms (0.54 ms apart): the jitter of a forked run is mostly absolute, hence 1 ms.
         Without a floor, group normalisation would turn that jitter into advantages of +-1 (pure noise).
     An all-passing program whose CPU time is missing (None / NaN / < 0) earns no time bonus: our choice,
         because a failed measurement must never be rewarded.
