@@ -1,37 +1,25 @@
 """Evaluate code-generation methods on a benchmark: problems -> samples -> sandbox verdicts -> metrics.
 
-What it is: a script. It loads one base model (plus optional per-role LoRA adapters), runs one or more
-methods (direct, CoT, SCoT, Planner->Coder, Reflexion, MapCoder as listed in `agents.METHODS`) on the same
-problems, executes every sampled program on the problem's hidden tests in the sandbox, and writes
-  <out>/args.json        vars(args) of the latest run,
-  <out>/settings.json    the settings that decide what is measured (a resumed run must match them),
-  <out>/<row>.jsonl      one line per problem: its n samples with program, verdict, pass rate, CPU ms,
-                         peak MB, and timings; appended chunk by chunk so a killed run loses one chunk
-                         (a row is a method, or with --ablate one adapter combination of a method),
-  <out>/summary.json     per row: pass@1, pass@5 (n >= 5), apr, cpu_ms, peak_mb, cg (where it
-                         applies), problems, samples, wall_s,
-then prints one aligned comparison table.
+What it is: a script. It loads one base model (plus optional per-role LoRA adapters), runs one or more methods
+(`agents.METHODS`: direct, CoT, SCoT, Planner->Coder, Reflexion, MapCoder) on the same problems, executes every
+program on the problem's hidden tests in the sandbox, and writes to <out>/: args.json (vars(args)), settings.json
+(what decides the results; a resume must match it), <row>.jsonl (one line per problem: its n samples with program,
+verdict, pass rate, CPU ms, peak MB and timings, appended chunk by chunk, so a kill loses one chunk; a row is a
+method, or with --ablate one adapter combination of it) and summary.json (per row: pass@1, pass@5 when n >= 5, apr,
+cpu_ms, peak_mb, cg, problems, samples, wall_s); then prints one comparison table. Under torchrun each chunk is
+split over the ranks and rank 0 writes the same files a single process would (README, "Many GPUs").
 
-Many GPUs: `torchrun --nproc_per_node N evaluate.py ...` splits each chunk of problems over the ranks (each with
-its own sandbox pool); rank 0 gathers the per-problem lines in order and writes the same files and summary as one
-process would (resume included). Greedy results are the same; with sampling each rank seeds its share of a chunk
-by its first problem's index, so the draws differ from one process's but are samples of the same distribution.
+What it is not: a sampler, a sandbox or a metric library (agents.py, sandbox.py and rewards.py are); this file only
+wires them together and keeps the books. train.py's held-out evaluation reuses `attempt_and_judge`.
 
-What it is not: a sampler, a sandbox or a metric library. Generation and the multi-agent pipelines live
-in agents.py, execution in sandbox.py, the formulas (unbiased pass@k, APR, Collaboration Gain) in
-rewards.py; this file only wires them together and keeps the books.
-
-References: pass@k estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on Code");
-APR and Collaboration Gain as described in the design notes (../shared/DESIGN.md, CoRe-Code).
+References: the pass@k estimator of Chen et al. 2021; APR and Collaboration Gain as in ../shared/DESIGN.md.
 
 Usage:
-  python evaluate.py --bench mbpp --method planner-coder --model DIR \
-      [--planner-adapter P --coder-adapter C] -n 5 --temperature 0.8 --limit 100 --split test
-  python evaluate.py --bench mbpp --method all --model DIR -n 1 --temperature 0   # greedy, every method
-  python evaluate.py --method mapcoder --model DIR [--retriever-adapter R --debugger-adapter D] \
-      [--mapcoder-k 3 --mapcoder-t 5]
-  python evaluate.py --method planner-coder --ablate --planner-adapter P --coder-adapter C --model DIR
-      # rows planner-coder[planner+coder], [planner], [coder], [base]: "w/o Planner RL", "w/o Coder RL", ...
+  python evaluate.py --bench mbpp                                  # direct and planner-coder, greedy, with CG
+  python evaluate.py --method planner-coder --adapter planner=P --adapter coder=C -n 5 --temperature 0.8
+  python evaluate.py --method mapcoder --adapter retriever=R --adapter debugger=D --mapcoder-k 3 --mapcoder-t 5
+  python evaluate.py --method planner-coder --ablate --adapter planner=P --adapter coder=C
+      # rows planner-coder[planner+coder], [planner] (w/o Coder RL), [coder] (w/o Planner RL), [base]
 """
 import argparse
 import contextlib
@@ -50,8 +38,7 @@ import grpo
 import rewards
 from sandbox import SandboxPool
 
-# Roles that can carry a LoRA adapter, each with its `--<role>-adapter DIR` flag.
-# MapCoder's agents (retriever, debugger) are here too; a new agent is one more name.
+# Roles that can carry a LoRA adapter (`--adapter ROLE=DIR`); a new agent is one more name.
 ADAPTER_ROLES = ("planner", "coder", "retriever", "debugger")
 
 # What `python evaluate.py --bench mbpp` runs: direct coding and Planner -> Coder on the same problems, so the
@@ -74,7 +61,7 @@ ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "mapcoder": ("retriever",
 # random stream; results stay valid samples of the same distribution, which is what pass@k needs.
 RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature", "max_new_tokens",
                    "plan_max_new_tokens", "seed", "repair_rounds", "mapcoder_k", "mapcoder_t", "timing_repeats",
-                   *(f"{r}_adapter" for r in ADAPTER_ROLES), "bench_option", "stop_on_failure")
+                   "adapters", "bench_option", "stop_on_failure")
 # What a results file made before a setting existed was made with (so it still resumes).
 SETTING_DEFAULTS = {"bench_option": [], "stop_on_failure": False}
 
@@ -186,7 +173,8 @@ def plan_rows(methods: list, ablate: bool, given: set) -> list:
         else:
             rows.append((method, method, set()))
     if ablate and all(name == method for name, method, _ in rows):
-        need = "; ".join(f"{m}: " + " and ".join(f"--{r}-adapter" for r in roles) for m, roles in ABLATE_ROLES.items())
+        need = "; ".join(f"{m}: " + " and ".join(f"--adapter {r}=DIR" for r in roles)
+                         for m, roles in ABLATE_ROLES.items())
         raise UsageError(f"--ablate needs a method with all its ablated adapters given ({need})")
     return rows
 
@@ -229,8 +217,7 @@ def default_out_dir(args) -> str:
     """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>[-a<hash of adapter paths>]."""
     model = os.path.basename(os.path.normpath(args.model))
     name = f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
-    adapters = [os.path.abspath(getattr(args, f"{r}_adapter")) for r in ADAPTER_ROLES
-                if getattr(args, f"{r}_adapter")]
+    adapters = [os.path.abspath(d) for d in args.adapters.values() if d]
     if adapters:
         # Adapter dirs are often named just "planner" / "coder": a short hash keeps trained runs apart
         # from the base model's and from each other; the full paths are in settings.json.
@@ -239,8 +226,10 @@ def default_out_dir(args) -> str:
 
 
 def result_settings(args) -> dict:
-    """The settings that decide what is measured, with paths made absolute so cwd does not matter."""
-    s = {k: getattr(args, k) for k in RESULT_SETTINGS}
+    """The settings that decide what is measured, with paths made absolute so cwd does not matter. Adapters are
+    stored as one `<role>_adapter` key per role (the layout of results dirs made before --adapter existed)."""
+    s = {k: getattr(args, k) for k in RESULT_SETTINGS if k != "adapters"}
+    s.update({f"{r}_adapter": args.adapters.get(r) for r in ADAPTER_ROLES})
     for k in ("data", "model") + tuple(f"{r}_adapter" for r in ADAPTER_ROLES):
         if s[k] and os.path.exists(s[k]):
             s[k] = os.path.abspath(s[k])
@@ -301,11 +290,32 @@ def time_estimate(methods: list, problems: int, n: int) -> str:
             f"models or fp32 take longer, a GPU far less); resumable: rerun the same command to continue")
 
 
-def check_adapter_dir(role: str, directory: str) -> None:
-    """Fail before loading the model when an adapter dir is not what grpo.save_adapter writes."""
-    if not os.path.isfile(os.path.join(directory, "adapter_config.json")):
-        raise UsageError(f"--{role}-adapter {directory}: no adapter_config.json there; pass a directory "
-                         "written by grpo.save_adapter (adapter_config.json + adapter_model.safetensors)")
+def parse_adapters(pairs) -> dict:
+    """`--adapter ROLE=DIR` values (train.py's too) -> {role: DIR, or None for `ROLE=none`: the bare base}.
+    Checks each DIR before the model loads, so bad input costs a second, not a minute."""
+    adapters = {}
+    for pair in pairs:
+        role, sep, directory = pair.partition("=")
+        if not sep or role not in ADAPTER_ROLES or not directory:
+            raise UsageError(f"--adapter {pair}: expected ROLE=DIR with ROLE one of {', '.join(ADAPTER_ROLES)}")
+        if role in adapters:
+            raise UsageError(f"--adapter {pair}: {role} is given twice")
+        if directory != "none" and not os.path.isfile(os.path.join(directory, "adapter_config.json")):
+            raise UsageError(f"--adapter {pair}: no adapter_config.json in {directory}; pass a directory written "
+                             "by grpo.save_adapter (adapter_config.json + adapter_model.safetensors)")
+        adapters[role] = None if directory == "none" else directory
+    return adapters
+
+
+def load_adapters(model, adapters: dict) -> set:
+    """Load each given adapter under its role's name; returns the roles now carrying one."""
+    for role, directory in adapters.items():
+        if directory:
+            try:
+                grpo.load_adapter(model, role, directory)
+            except (FileNotFoundError, ValueError, KeyError) as e:  # e.g. an adapter trained on another base
+                raise UsageError(f"--adapter {role}={directory}: {e}") from None
+    return {role for role, directory in adapters.items() if directory}
 
 
 def make_agent(model, roles_with_adapter):
@@ -330,15 +340,30 @@ def load_model_or_fail(args):
         raise UsageError(f"--model: {e}") from None
 
 
-def build_jobs(problem, attempts, repeat=1, stop_on_failure=False) -> list:
-    """One sandbox Job per attempt: the program against the problem's hidden tests.
+def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, temperature=0.0, seed=0,
+                      max_new_tokens=512, plan_max_new_tokens=256, repair_rounds=2, mapcoder_k=agents.MAPCODER_K,
+                      mapcoder_t=agents.MAPCODER_T, repeat=1, stop_on_failure=False, show=lambda text: None):
+    """Run `method` on the problems (n attempts each) and judge every program on its problem's hidden tests, all
+    of them in one pool.run (it spreads them over the workers). Returns one list of sample_record dicts per problem,
+    and the seconds spent generating and executing. train.py's held-out evaluation is this call, greedy, n = 1.
 
-    repeat: reruns of a passing program (the sandbox keeps the min CPU time and the median peak memory).
-    our choice: 1 by default because pass@k and APR do not need it; raise it when comparing cpu_ms.
+    repeat: runs of each passing program (the sandbox keeps the min CPU time and the median peak memory); our
+        choice 1 by default because pass@k and APR do not need it (--timing-repeats when comparing cpu_ms).
     stop_on_failure: skip the tests after the first failing one (functional / stdio; pass@k stays exact).
     """
-    return [agents.problem_job(problem, a.program, problem.hidden_tests, repeat=repeat,
-                               stop_on_failure=stop_on_failure) for a in attempts]
+    show(f"generating {len(problems)} problems x n={n}")
+    t0 = time.perf_counter()
+    attempts = agents.run_method(method, model, tokenizer, problems, n=n, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, seed=seed,
+                                 agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
+                                 mapcoder_t=mapcoder_t) if problems else []
+    t1 = time.perf_counter()
+    show(f"executing {sum(map(len, attempts))} programs")
+    jobs = [agents.problem_job(p, a.program, p.hidden_tests, repeat=repeat, stop_on_failure=stop_on_failure)
+            for p, atts in zip(problems, attempts) for a in atts]
+    results = iter(pool.run(jobs) if jobs else [])
+    records = [[sample_record(a, next(results)) for a in atts] for atts in attempts]
+    return records, t1 - t0, time.perf_counter() - t1
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -369,10 +394,9 @@ def parse_args(argv=None):
     p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL, metavar="DIR",
                    help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
                         f"{agents.DEFAULT_MODEL}, downloaded by transformers on first use)")
-    for role in ADAPTER_ROLES:
-        p.add_argument(f"--{role}-adapter", default=None, metavar="DIR",
-                       help=f"LoRA adapter dir (grpo.save_adapter format) for the {role}; without it the "
-                            f"{role} is the bare base model")
+    p.add_argument("--adapter", action="append", default=[], metavar="ROLE=DIR",
+                   help=f"a LoRA adapter dir (grpo.save_adapter / PEFT format) for one role, repeatable; ROLE is one "
+                        f"of {', '.join(ADAPTER_ROLES)}; a role without one is the bare base model")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
                    help="weights dtype; auto = bf16 on CUDA and on CPUs that compute bf16 natively "
@@ -393,10 +417,10 @@ def parse_args(argv=None):
     p.add_argument("--mapcoder-t", type=int, default=agents.MAPCODER_T, metavar="T",
                    help="mapcoder: debugging rounds per plan on the public tests (default: %(default)s, as MapCoder)")
     p.add_argument("--ablate", action="store_true",
-                   help="adapter ablation on the same problems: planner-coder (with --planner-adapter and "
-                        "--coder-adapter) runs as four rows planner-coder[planner+coder], [planner] (w/o Coder RL), "
-                        "[coder] (w/o Planner RL), [base]; likewise mapcoder with --retriever-adapter and "
-                        "--debugger-adapter. Works with --method all; ablation rows have no CG")
+                   help="adapter ablation on the same problems: planner-coder (with --adapter planner=P --adapter "
+                        "coder=C) runs as four rows planner-coder[planner+coder], [planner] (w/o Coder RL), [coder] "
+                        "(w/o Planner RL), [base]; likewise mapcoder with retriever and debugger adapters. Works "
+                        "with --method all; ablation rows have no CG")
     p.add_argument("--seed", type=int, default=0,
                    help="base seed; each chunk uses seed + index of its first problem (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=8,
@@ -450,12 +474,8 @@ def run(args) -> str:
 
     # 2. Adapters exist; results already in the out dir were made with the same settings (resume). The rows:
     # one per method, or one per adapter combination of an ablated method (--ablate).
-    given = set()
-    for role in ADAPTER_ROLES:
-        if getattr(args, f"{role}_adapter"):
-            check_adapter_dir(role, getattr(args, f"{role}_adapter"))
-            given.add(role)
-    rows = plan_rows(methods, args.ablate, given)
+    args.adapters = parse_adapters(args.adapter)
+    rows = plan_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
     # The out dir must be writable before a minute goes into loading the model (creating it writes nothing in it).
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -480,14 +500,7 @@ def run(args) -> str:
     loaded = set()
     if any(todo.values()):
         model, tokenizer = load_model_or_fail(args)
-        for role in ADAPTER_ROLES:
-            directory = getattr(args, f"{role}_adapter")
-            if directory:
-                try:
-                    grpo.load_adapter(model, role, directory)
-                except (FileNotFoundError, ValueError) as e:  # e.g. an adapter trained on another base model
-                    raise UsageError(f"--{role}-adapter: {e}") from None
-                loaded.add(role)
+        loaded = load_adapters(model, args.adapters)
     try:
         os.makedirs(out_dir, exist_ok=True)
         if rank == 0:
@@ -516,32 +529,20 @@ def run(args) -> str:
             for start in range(0, len(todo[name]), args.batch_size * world):
                 whole = todo[name][start:start + args.batch_size * world]
                 chunk = grpo.shard(whole, rank, world)
-                chunk_problems = [p for _, p in chunk]
-                bar.set_postfix_str(f"generating {len(chunk)} problems x n={args.n}", refresh=True)
-                t0 = time.perf_counter()
                 # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
-                attempts = agents.run_method(
-                    method, model, tokenizer, chunk_problems, n=args.n, temperature=args.temperature,
+                records, gen_s, exec_s = attempt_and_judge(
+                    method, model, tokenizer, [p for _, p in chunk], agent, pool, n=args.n,
+                    temperature=args.temperature, seed=args.seed + chunk[0][0] if chunk else 0,
                     max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
-                    seed=args.seed + chunk[0][0], agent=agent, pool=pool, repair_rounds=args.repair_rounds,
-                    mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t) if chunk else []
-                t1 = time.perf_counter()
-                bar.set_postfix_str(f"executing {sum(map(len, attempts))} programs", refresh=True)
-                # All programs of the chunk go to the pool at once: it runs them in parallel over workers.
-                jobs = [job for p, atts in zip(chunk_problems, attempts)
-                        for job in build_jobs(p, atts, args.timing_repeats, args.stop_on_failure)]
-                results = pool.run(jobs) if jobs else []
-                t2 = time.perf_counter()
-                lines, k = [], 0
-                for p, atts in zip(chunk_problems, attempts):
-                    samples = [sample_record(a, r) for a, r in zip(atts, results[k:k + len(atts)])]
-                    k += len(atts)
-                    lines.append(json.dumps({
-                        "id": p.id, "method": name, "samples": samples,
-                        "passed": sum(s["verdict"] == "passed" for s in samples),
-                        # Per-problem share of the chunk's time (generation is batched across problems).
-                        "gen_s": (t1 - t0) / len(chunk), "exec_s": (t2 - t1) / len(chunk),
-                        "wall_s": (t2 - t0) / len(chunk)}) + "\n")
+                    repair_rounds=args.repair_rounds, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t,
+                    repeat=args.timing_repeats, stop_on_failure=args.stop_on_failure,
+                    show=lambda text: bar.set_postfix_str(text, refresh=True))
+                # Per-problem share of the chunk's time (generation is batched across problems).
+                share = dict(gen_s=gen_s / max(1, len(chunk)), exec_s=exec_s / max(1, len(chunk)),
+                             wall_s=(gen_s + exec_s) / max(1, len(chunk)))
+                lines = [json.dumps({"id": p.id, "method": name, "samples": samples,
+                                     "passed": sum(s["verdict"] == "passed" for s in samples), **share}) + "\n"
+                         for (_, p), samples in zip(chunk, records)]
                 lines = [line for part in grpo.gather(lines) for line in part]  # every rank's, in chunk order
                 if rank == 0:
                     with open(path, "a") as f:

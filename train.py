@@ -56,6 +56,7 @@ from tqdm import tqdm
 
 import agents
 import data
+import evaluate
 import grpo
 import rewards
 import sandbox
@@ -144,18 +145,11 @@ def get_args(argv=None):
     p.add_argument("--device", default=None, help="cuda / cpu / cuda:1 ... (default: cuda when available)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
                    help="weights dtype (default: auto = bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--planner-adapter", default=None,
-                   help="PEFT-format adapter dir for the Planner. Stage planner: initialise from it (default: fresh). "
-                        "Stage coder: the frozen Planner (default: runs/planner/final/planner; 'none' = base model)")
-    p.add_argument("--coder-adapter", default=None,
-                   help="PEFT-format adapter dir for the Coder. Stage planner / retriever / debugger: the frozen Coder "
-                        "(default: the bare base model). Stage coder: initialise from it (default: fresh)")
-    p.add_argument("--retriever-adapter", default=None,
-                   help="PEFT-format adapter dir for MapCoder's Retrieval agent. Stage retriever: initialise from it "
-                        "(default: fresh); other stages: used by the held-out mapcoder evaluation (default: base)")
-    p.add_argument("--debugger-adapter", default=None,
-                   help="PEFT-format adapter dir for MapCoder's Debugging agent. Stage debugger: initialise from it "
-                        "(default: fresh); other stages: used by the held-out mapcoder evaluation (default: base)")
+    p.add_argument("--adapter", action="append", default=[], metavar="ROLE=DIR",
+                   help="a PEFT-format adapter dir for one role (planner, coder, retriever, debugger), repeatable. "
+                        "The trained role starts from it (default: a fresh adapter); a frozen role uses it (default: "
+                        "the bare base model; stage coder's Planner defaults to runs/planner/final/planner, "
+                        "planner=none for the base)")
     # data
     p.add_argument("--bench", default="mbpp", help="training benchmark (a loader in data.py)")
     p.add_argument("--data", default=None, help="dataset path (default: $CORECODE_<BENCH>, else data.py's default "
@@ -268,15 +262,15 @@ def check_args(args):
     if args.temperature <= 0:
         fail("--temperature must be > 0: GRPO needs different samples within a group")
     # Adapters are checked before anything slow happens (bad input loses nothing).
-    if args.stage == "coder" and args.planner_adapter is None:
-        args.planner_adapter = os.path.join("runs", "planner", "final", "planner")
-        if not os.path.isdir(args.planner_adapter):
-            fail(f"stage coder needs the trained Planner: no adapter at {args.planner_adapter}; run --stage planner "
-                 "first, or pass --planner-adapter DIR (or --planner-adapter none for the untrained base Planner)")
-    for name in ("planner", "coder", "retriever", "debugger"):
-        path = getattr(args, f"{name}_adapter")
-        if path and path != "none" and not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            fail(f"--{name}-adapter {path}: not a PEFT-format adapter dir (no adapter_config.json there)")
+    try:
+        args.adapters = evaluate.parse_adapters(args.adapter)
+    except evaluate.UsageError as e:
+        fail(str(e))
+    if args.stage == "coder" and "planner" not in args.adapters:
+        args.adapters["planner"] = os.path.join("runs", "planner", "final", "planner")
+        if not os.path.isdir(args.adapters["planner"]):
+            fail(f"stage coder needs the trained Planner: no adapter at {args.adapters['planner']}; run --stage "
+                 "planner first, or pass --adapter planner=DIR (or --adapter planner=none for the base Planner)")
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -393,13 +387,15 @@ def read_eval(out, step, method):
     return {r["task_id"]: r["passed"] for r in rows if r["method"] == method}
 
 
-def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
-    """Greedy pass@1 on the held-out problems of the stage's helper method and of direct coding, their difference
-    (CG), the format of the helper's plans, and the paired comparison with step 0 (McNemar's exact test on the
-    same problems). Per-problem rows go to <out>/eval/step_N.jsonl.
+def held_out_eval(run, step):
+    """Greedy pass@1 on the held-out problems of the stage's helper method and of direct coding (evaluate.py's
+    attempt_and_judge, --eval-batch-size problems at a time), their difference (CG), the format of the helper's
+    plans, and the paired comparison with step 0 (McNemar's exact test on the same problems). Per-problem rows go
+    to <out>/eval/step_N.jsonl.
 
     Direct coding uses the Coder alone: in stages where the Coder is frozen it cannot change, so it is run once and
     read back from step 0's file afterwards (our choice: an evaluation is a large share of a CPU run's time)."""
+    args, problems = run.args, run.eval_set
     helper = STAGES[args.stage].get("eval_method", "planner-coder")
     frozen_coder = STAGES[args.stage]["train"] != "coder"
     out, rows = {}, []
@@ -412,16 +408,16 @@ def held_out_eval(model, tokenizer, problems, args, agent, pool, step):
                      for p, ok in zip(problems, passed)]
         else:
             mine = grpo.shard(problems)  # under torchrun each rank evaluates its share; the rows are gathered
-            attempts = agents.run_method(method, model, tokenizer, mine, n=1, temperature=0.0,
-                                         max_new_tokens=args.max_new_tokens,
-                                         plan_max_new_tokens=args.plan_max_new_tokens, seed=args.seed, agent=agent,
-                                         pool=pool, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t,
-                                         batch_size=args.eval_batch_size) if mine else []
-            results = pool.run([agents.problem_job(p, a[0].program, p.hidden_tests,
-                                                   stop_on_failure=args.stop_on_failure)
-                                for p, a in zip(mine, attempts)]) if mine else []
-            local = [dict(task_id=p.id, method=method, passed=r.verdict == "passed", pass_rate=r.pass_rate,
-                          plan=a[0].plan, program=a[0].program) for p, a, r in zip(mine, attempts, results)]
+            local = []
+            for a in range(0, len(mine), args.eval_batch_size):
+                chunk = mine[a:a + args.eval_batch_size]
+                records, _, _ = evaluate.attempt_and_judge(
+                    method, run.model, run.tokenizer, chunk, run.agent, run.pool, seed=args.seed,
+                    max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
+                    mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t, stop_on_failure=args.stop_on_failure)
+                local += [dict(task_id=p.id, method=method, passed=r["verdict"] == "passed",
+                               pass_rate=r["pass_rate"], plan=r["plan"], program=r["program"])
+                          for p, (r,) in zip(chunk, records)]
             new = [r for part in grpo.gather(local) for r in part]
             rows += new
             passed = [r["passed"] for r in new]
@@ -651,6 +647,7 @@ class Run:
     optimizer: object
     scheduler: object
     device: object
+    agent: object = None         # agent(role): the context in which the model acts as that role (evaluate.make_agent)
     bar: object = None           # the progress bar (disabled off a terminal and on ranks other than 0)
 
     @property
@@ -660,11 +657,6 @@ class Run:
     @property
     def role(self):
         return STAGES[self.args.stage]["train"]
-
-
-def agent_of(model):
-    """agent(r): the context that makes the model act as role `r`: its adapter when it has one, else the bare base."""
-    return lambda r: grpo.use_adapter(model, r) if r in grpo.adapter_names(model) else grpo.adapters_off(model)
 
 
 def say(run, *lines, **kw):
@@ -709,15 +701,10 @@ def set_up(args, pool, rank, world):
     if device.type != "cuda" and rank == 0:
         print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
               file=sys.stderr)
-    loaded = set()
-    for name in ("planner", "coder", "retriever", "debugger"):
-        path = getattr(args, f"{name}_adapter")
-        if path and path != "none":
-            try:
-                grpo.load_adapter(model, name, path)
-            except (FileNotFoundError, ValueError, KeyError) as e:
-                fail(f"--{name}-adapter {path}: {e}")
-            loaded.add(name)
+    try:
+        loaded = evaluate.load_adapters(model, args.adapters)
+    except evaluate.UsageError as e:
+        fail(str(e))
     if role not in loaded:
         grpo.add_lora(model, role, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
                       targets=tuple(t for t in args.lora_targets.split(",") if t))
@@ -733,7 +720,8 @@ def set_up(args, pool, rank, world):
     # AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs).
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.99))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup_steps)))
-    run = Run(args, pool, rank, world, train_set, eval_set, model, tokenizer, params, optimizer, scheduler, device)
+    run = Run(args, pool, rank, world, train_set, eval_set, model, tokenizer, params, optimizer, scheduler, device,
+              agent=evaluate.make_agent(model, set(grpo.adapter_names(model))))
 
     metrics_path = os.path.join(args.out, "metrics.jsonl")
     start = 0
@@ -769,7 +757,7 @@ def train(args, pool, rank=0, world=1):
         # ---- 0 eval before any update: the baseline Collaboration Gain
         if step == 0 and args.eval_every > 0 and run.eval_set:
             show(run, f"held-out eval on {len(run.eval_set)} problems")
-            start_eval = held_out_eval(run.model, run.tokenizer, run.eval_set, args, agent_of(run.model), pool, 0)
+            start_eval = held_out_eval(run, 0)
             m.update({k + "_start": v for k, v in start_eval.items()})
             say(run, "step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
         grpo_step(run, step, m)
@@ -830,7 +818,7 @@ def rollout_and_score(run, batch, generators):
     # ---- 1 sample
     t0 = time.time()
     samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, run.model, run.tokenizer, batch, args,
-                                                          generators, agent_of(run.model), run.pool,
+                                                          generators, run.agent, run.pool,
                                                           lambda text: show(run, text))
     times = {"t_sample": time.time() - t0}
     # ---- 2 execute (the toy stage has nothing to run)
@@ -869,7 +857,7 @@ def learn(run, samples, adv, B, m, times):
     scaled by its rows over the step's B rows, so the gradients summed over micro-batches and over ranks are those
     of the mean over all B completions; clip, step. A rank without rows adds zero gradients."""
     args, model = run.args, run.model
-    agent = agent_of(model)
+    agent = run.agent
     mbs = []
     if samples:
         # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
@@ -973,7 +961,7 @@ def log_evaluate_checkpoint(run, m):
     last = done == args.num_steps
     if args.eval_every > 0 and run.eval_set and (done % args.eval_every == 0 or last):
         show(run, f"held-out eval on {len(run.eval_set)} problems")
-        m.update(held_out_eval(run.model, run.tokenizer, run.eval_set, args, agent_of(run.model), run.pool, done))
+        m.update(held_out_eval(run, done))
     if not run.lead:
         return
     with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:

@@ -155,7 +155,7 @@ def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
     grpo.add_lora(model, "planner", r=2)
     grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
     argv = FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
-                   "--planner-adapter", str(tmp_path / "planner"), "--out", str(tmp_path / "out")]
+                   "--adapter", f"planner={tmp_path / 'planner'}", "--out", str(tmp_path / "out")]
     assert evaluate.main(argv) == 0
     with open(tmp_path / "out" / "settings.json") as f:
         assert json.load(f)["planner_adapter"] == str(tmp_path / "planner")
@@ -205,9 +205,18 @@ def test_missing_data_is_one_error_line(tiny_model_dir, tmp_path, capsys):
 
 def test_missing_adapter_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
     rc = evaluate.main(FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path),
-                               "--coder-adapter", str(tmp_path / "no-adapter")])
+                               "--adapter", f"coder={tmp_path / 'no-adapter'}"])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err.startswith("error:") and "--coder-adapter" in err and len(err.splitlines()) == 1
+    assert rc == 2 and err.startswith("error:") and "--adapter coder=" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("bad", ["planer=x", "coder", "coder=", "coder=none,coder=none"])
+def test_malformed_adapter_flag_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys, bad):
+    flags = [x for pair in bad.split(",") for x in ("--adapter", pair)]
+    rc = evaluate.main(FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path)] + flags)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error: --adapter") and len(err.splitlines()) == 1
+    assert not os.path.exists(tmp_path / "settings.json")
 
 
 # ----------------------------------------------------------------------------------------------------

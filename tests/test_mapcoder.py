@@ -426,9 +426,9 @@ def test_debugger_stage_skips_a_batch_where_nothing_fails(tiny_model_dir, mbpp_p
 def test_bad_new_adapter_flag_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         train.main(small(tiny_model_dir, tmp_path / "r", "debugger", mbpp_path,
-                         extra=("--retriever-adapter", str(tmp_path / "nope"))))
+                         extra=("--adapter", f"retriever={tmp_path / 'nope'}")))
     err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and "--retriever-adapter" in err and len(err.splitlines()) == 1
+    assert e.value.code == 2 and "--adapter retriever=" in err and len(err.splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -442,8 +442,8 @@ FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "
 def test_evaluate_mapcoder_reports_cg_against_direct(tiny_model_dir, mbpp_path, tmp_path, retriever_run,
                                                      debugger_run):
     argv = FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path),
-                   "--retriever-adapter", str(retriever_run / "final" / "retriever"),
-                   "--debugger-adapter", str(debugger_run / "final" / "debugger")]
+                   "--adapter", f"retriever={retriever_run / 'final' / 'retriever'}",
+                   "--adapter", f"debugger={debugger_run / 'final' / 'debugger'}"]
     assert evaluate.main(argv + ["--method", "mapcoder"]) == 0
     assert evaluate.main(argv + ["--method", "direct"]) == 0
     summary = json.load(open(tmp_path / "summary.json"))
@@ -460,7 +460,7 @@ def test_plan_rows_ablation_names_and_adapters_off():
                     ("planner-coder[coder]", "planner-coder", {"planner"}),
                     ("planner-coder[base]", "planner-coder", {"planner", "coder"})]
     assert evaluate.plan_rows(["planner-coder"], False, {"planner", "coder"}) == [("planner-coder", "planner-coder", set())]
-    with pytest.raises(evaluate.UsageError, match="--coder-adapter"):
+    with pytest.raises(evaluate.UsageError, match="--adapter coder=DIR"):
         evaluate.plan_rows(["planner-coder"], True, {"planner"})
 
 
@@ -475,7 +475,7 @@ def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_pat
     real = evaluate.make_agent
     monkeypatch.setattr(evaluate, "make_agent", lambda m, roles: used.append(set(roles)) or real(m, roles))
     argv = FAST + ["--method", "planner-coder", "--ablate", "--model", tiny_model_dir, "--data", mbpp_path,
-                   "--planner-adapter", str(tmp_path / "planner"), "--coder-adapter", str(tmp_path / "coder"),
+                   "--adapter", f"planner={tmp_path / 'planner'}", "--adapter", f"coder={tmp_path / 'coder'}",
                    "--out", str(tmp_path / "out")]
     assert evaluate.main(argv) == 0
     assert used == [{"planner", "coder"}, {"planner"}, {"coder"}, set()]

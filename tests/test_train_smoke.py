@@ -41,7 +41,7 @@ def planner_run(tiny_model_dir, mbpp_path, tmp_path_factory):
 def coder_run(tiny_model_dir, mbpp_path, planner_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("coder")
     train.main(small(tiny_model_dir, out, "coder", mbpp_path,
-                     extra=("--planner-adapter", str(planner_run / "final" / "planner"))))
+                     extra=("--adapter", f"planner={planner_run / 'final' / 'planner'}")))
     return out
 
 
@@ -74,15 +74,15 @@ def test_evaluate_with_both_adapters(tiny_model_dir, mbpp_path, planner_run, cod
     evaluate.main(["--bench", "mbpp", "--data", mbpp_path, "--split", "validation", "--limit", "2",
                    "--model", tiny_model_dir, "--method", "planner-coder", "-n", "1", "--temperature", "0",
                    "--max-new-tokens", "16", "--plan-max-new-tokens", "16", "--out", str(out),
-                   "--planner-adapter", str(planner_run / "final" / "planner"),
-                   "--coder-adapter", str(coder_run / "final" / "coder")])
+                   "--adapter", f"planner={planner_run / 'final' / 'planner'}",
+                   "--adapter", f"coder={coder_run / 'final' / 'coder'}"])
     summary = json.load(open(out / "summary.json"))
     assert "pass@1" in json.dumps(summary)
 
 
 def test_resume_continues_from_last_checkpoint(tiny_model_dir, mbpp_path, coder_run, planner_run):
     train.main(small(tiny_model_dir, coder_run, "coder", mbpp_path, steps=3,
-                     extra=("--planner-adapter", str(planner_run / "final" / "planner"), "--resume")))
+                     extra=("--adapter", f"planner={planner_run / 'final' / 'planner'}", "--resume")))
     assert [r["step"] for r in read_metrics(coder_run)] == [1, 2, 3]
 
 
@@ -99,7 +99,7 @@ def test_stage_coder_without_planner_adapter_is_a_clear_error(tiny_model_dir, mb
     with pytest.raises(SystemExit) as e:
         train.main(small(tiny_model_dir, tmp_path / "c", "coder", mbpp_path))
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "--planner-adapter" in err and len(err.strip().splitlines()) == 1
+    assert e.value.code == 2 and "--adapter planner=" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"],
