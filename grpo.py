@@ -1,47 +1,28 @@
 """GRPO for CoRe-Code: hand-written LoRA with named adapters, gradient checkpointing, and the GRPO objective.
 
-What it is:
-  1. LoRA written by hand. `LoRALinear` wraps an existing nn.Linear (composition, the base stays frozen) and holds
-     several *named* adapters ("planner", "coder", ...). One base model in memory serves every agent; a context
-     manager picks the active adapter, another switches all adapters off, and "all adapters off" IS the KL reference
-     model: the same weights, no second copy. Adapters are saved and loaded in the PEFT file format
-     (adapter_config.json + adapter_model.safetensors, PEFT's key names), so `peft.PeftModel.from_pretrained` reads
-     ours and we read PEFT's.
-  2. Gradient checkpointing written by hand: each decoder layer's forward is recomputed in backward
-     (torch.utils.checkpoint, use_reentrant=False), only when `model.training and torch.is_grad_enabled()`, so the
-     sampler and the reference pass never pay for it.
-  3. The GRPO objective as pure tensor functions: per-token log-probs of completions (the output layer and the
-     log-softmax run in chunks, never the full (B, T, V) float32 logits), group-normalised advantages, the k3 KL
-     estimator, and the clipped-surrogate loss in the DeepSeekMath form.
-  4. Data parallel under torchrun, as five small helpers on torch.distributed (`dist_setup`, `rank_and_world`,
-     `shard`, `gather`, `all_reduce_sum_`): each rank takes a contiguous share of a step's groups, and the summed
-     gradients equal the single-process ones (each rank's loss is scaled by its rows over the global rows).
+What it is: (1) LoRA by hand: `LoRALinear` wraps a frozen nn.Linear and holds several *named* adapters, so one base
+model serves every agent, and "all adapters off" IS the KL reference model (the same weights, no second copy);
+adapters are saved and loaded in PEFT's file format. (2) Per-layer activation checkpointing, only while training
+with grad. (3) The objective as pure tensor functions: per-token log-probs of completions (never the full (B, T, V)
+float32 logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Five
+torch.distributed helpers for data parallel under torchrun (the loss of each rank is scaled by its share of rows, so
+summed gradients equal the single-process ones).
+What it is not: a trainer (train.py glues problems, sampling, rewards, the optimizer), no quantisation, no LoRA
+variants (DoRA, rsLoRA, biases).
 
-What it is not: a trainer. It knows nothing of problems, prompts, sandboxes or rewards (train.py glues them), has
-no optimizer loop, no sampling, no launcher (torchrun is), no quantisation, and no LoRA variants (DoRA, rsLoRA,
-biases).
-
-One GRPO step with these pieces (B = prompts x G rows, input_ids = left-padded prompt (P) + completion (T)):
-    add_lora(model, "planner"); add_lora(model, "coder"); enable_checkpointing(model)
-    opt = torch.optim.AdamW(lora_parameters(model, "coder"), lr=1e-5)
+One step (B = prompts x G rows; ids = left-padded prompt of P columns + completion):
+    add_lora(model, "coder"); enable_checkpointing(model); opt = AdamW(lora_parameters(model, "coder"))
     with use_adapter(model, "coder"):
-        with torch.no_grad():
-            old = token_logprobs(model, ids, attn, P)             # or the sampler's own log-probs
-            with adapters_off(model):
-                ref = token_logprobs(model, ids, attn, P)         # the reference: base weights, no copy
-        adv, stats = group_advantages(rewards, G)
-        model.train()
-        logp = token_logprobs(model, ids, attn, P)                # (B, T), with grad, checkpointed
-        loss, stats = grpo_loss(logp, old, ref, adv.to(logp.device), completion_mask)
-        loss.backward(); opt.step(); opt.zero_grad()
+        with torch.no_grad(), adapters_off(model):
+            ref = token_logprobs(model, ids, attn, P)                    # (B, T) the reference: base weights
+        adv, stats = group_advantages(rewards, G)                        # (B,)
+        logp = token_logprobs(model, ids, attn, P)                       # (B, T) with grad, checkpointed
+        loss, stats = grpo_loss(logp, logp.detach(), ref, adv, completion_mask)   # then backward, opt.step()
 
-References:
-  - LoRA: Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", arXiv:2106.09685.
-  - minLoRA (Chang, github.com/cccntu/minLoRA): the test checklist (unchanged after adding, off == base, merge ...).
-  - PEFT (github.com/huggingface/peft): the file format and key names, Kaiming-uniform init of A with a=sqrt(5).
-  - GRPO: Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300, eq. (3): group advantages, per-sequence token mean.
-  - DAPO (Yu et al. 2025, arXiv:2503.14476) and Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): token-level mean.
-  - k3 KL estimator: J. Schulman, "Approximating KL Divergence", joschu.net/blog/kl-approx.html (2020).
+References: LoRA, Hu et al. 2021, arXiv:2106.09685; minLoRA (github.com/cccntu/minLoRA) for the test checklist;
+PEFT (github.com/huggingface/peft) for the file format and A's init; GRPO, Shao et al. 2024 "DeepSeekMath",
+arXiv:2402.03300 eq. (3); DAPO (arXiv:2503.14476) and Dr. GRPO (arXiv:2503.20783) for the token-level mean;
+the k3 KL estimator, J. Schulman, "Approximating KL Divergence", joschu.net/blog/kl-approx.html (2020).
 """
 import contextlib
 import json
@@ -51,6 +32,7 @@ import re
 import types
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -58,35 +40,25 @@ from torch.utils.checkpoint import checkpoint
 
 # The attention and MLP projections of Llama/Qwen-style decoders: PEFT's usual "all linear layers but the head".
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
 # PEFT stores keys relative to PeftModel -> LoraModel -> the HF model, hence this prefix on every key.
 PEFT_PREFIX = "base_model.model."
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 
 # ----------------------------------------------------------------------------------------------------------------
-# 1. LoRA: one wrapper module per targeted nn.Linear, several named adapters per wrapper
+# 1. LoRA: one wrapper per targeted nn.Linear, several named adapters per wrapper, one of them (or none) active
 
 
 class LoRALinear(nn.Module):
-    """y = base(x) + (dropout(x) @ A^T @ B^T) * alpha / r, for the one active adapter (or none).
-
-    State only: the frozen base layer, per-adapter A (r, in) and B (out, r), their dropout and scaling, and the name
-    of the active adapter. `active` may name an adapter this module does not hold (an adapter can target fewer
-    modules than another one): the module then acts as its base layer.
-    """
+    """y = base(x) + (dropout(x) @ A^T @ B^T) * alpha / r, for the active adapter; `active` may name an adapter
+    this module does not hold (adapters may target different modules): it then acts as its base layer."""
 
     def __init__(self, base: nn.Linear):
         super().__init__()
-        # `base_layer` is PEFT's attribute name too; the base weights keep their values and stay frozen.
-        self.base_layer = base
+        self.base_layer = base  # PEFT's attribute name too; the base stays frozen
         self.lora_A = nn.ParameterDict()  # name -> (r, in_features)
         self.lora_B = nn.ParameterDict()  # name -> (out_features, r)
         self.lora_dropout = nn.ModuleDict()  # name -> nn.Dropout or nn.Identity
-        # Plain dicts: hyper-parameters, not tensors; save_adapter writes them into adapter_config.json.
-        self.r = {}
-        self.lora_alpha = {}
-        self.scaling = {}
+        self.r, self.lora_alpha, self.scaling = {}, {}, {}  # name -> hyper-parameter (for adapter_config.json)
         self.active = None
 
     def add_adapter(self, name, r, alpha, dropout, dtype=torch.float32):
@@ -99,20 +71,6 @@ class LoRALinear(nn.Module):
         self.lora_dropout[name] = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.r[name], self.lora_alpha[name], self.scaling[name] = r, alpha, alpha / r
 
-    def delete_adapter(self, name):
-        for store in (self.lora_A, self.lora_B, self.lora_dropout):
-            del store[name]
-        for store in (self.r, self.lora_alpha, self.scaling):
-            del store[name]
-
-    @torch.no_grad()
-    def merge(self, name):
-        """Fold adapter `name` into the base weight and delete it (export only: this changes the base)."""
-        A, B = self.lora_A[name], self.lora_B[name]  # (r, in), (out, r)
-        w = self.base_layer.weight  # (out, in)
-        w += (B.float() @ A.float() * self.scaling[name]).to(w.dtype)
-        self.delete_adapter(name)
-
     def forward(self, x):
         out = self.base_layer(x)  # (..., out)
         name = self.active
@@ -122,18 +80,7 @@ class LoRALinear(nn.Module):
         # The adapter runs in its own dtype (float32 by default) so that small updates are not rounded away in bf16;
         # it costs 2 * r * (in + out) flops per token, noise next to the base layer.
         h = self.lora_dropout[name](x).to(A.dtype)  # (..., in)
-        delta = F.linear(F.linear(h, A), B) * self.scaling[name]  # (..., out)
-        return out + delta.to(out.dtype)
-
-    def extra_repr(self):
-        return f"adapters={list(self.lora_A.keys())}, active={self.active}"
-
-
-def _check_name(name):
-    # Adapter names become keys of nn.ParameterDict: no dots, and not one of the dict's own attribute names.
-    valid = isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
-    if not valid or hasattr(nn.ParameterDict, name):
-        raise ValueError(f"bad adapter name {name!r}: use letters, digits and '_' (e.g. 'planner', 'coder')")
+        return out + (F.linear(F.linear(h, A), B) * self.scaling[name]).to(out.dtype)  # (..., out)
 
 
 def _matches(module_name, targets):
@@ -150,49 +97,48 @@ def lora_modules(model):
 
 def adapter_names(model):
     """Names of all adapters on the model, in the order they were added."""
-    names = {}
-    for _, m in lora_modules(model):
-        names.update(dict.fromkeys(m.lora_A.keys()))
-    return list(names)
+    return list(dict.fromkeys(name for _, m in lora_modules(model) for name in m.lora_A))
+
+
+def _known(model, name):
+    if name not in adapter_names(model):
+        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
 
 
 def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, dtype=torch.float32):
     """Add adapter `name` to every nn.Linear whose name matches `targets`; freeze every non-LoRA parameter.
 
     r=16, alpha=32 (scaling 2): our choice, because it is a common LoRA setting for 0.5B-14B code models and the
-    paper's values are unknown. dtype=float32: our choice, because LoRA updates at lr ~1e-5 vanish in bf16 (PEFT
-    makes the same choice with autocast_adapter_dtype). The first adapter added becomes active (like
-    peft.get_peft_model); later ones do not (like PeftModel.add_adapter): select them with `use_adapter`.
+    paper's values are unknown. dtype=float32: our choice, because LoRA updates at lr ~1e-5 vanish in bf16 (PEFT's
+    autocast_adapter_dtype too). The first adapter added becomes active (like peft.get_peft_model); later ones do
+    not (like PeftModel.add_adapter): select them with `use_adapter`.
     """
-    _check_name(name)
+    # Adapter names become keys of nn.ParameterDict: no dots, and not one of the dict's own attribute names.
+    if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_]\w*", name, re.ASCII)) or hasattr(nn.ParameterDict, name):
+        raise ValueError(f"bad adapter name {name!r}: use letters, digits and '_' (e.g. 'planner', 'coder')")
     if not (isinstance(r, int) and r > 0):
         raise ValueError(f"LoRA rank r must be a positive int, got {r!r}")
     if name in adapter_names(model):
         raise ValueError(f"adapter {name!r} already exists on this model (adapters: {adapter_names(model)})")
-    # Read the active adapter before wrapping: new wrappers start with none active.
-    previous = active_adapter(model) if adapter_names(model) else name
+    previous = active_adapter(model) if adapter_names(model) else name  # read before new wrappers (none active)
     matched = 0
-    # Snapshot the module list: we replace children while walking it.
-    for parent_name, parent in list(model.named_modules()):
-        if isinstance(parent, LoRALinear):
-            continue  # its base_layer is not a target in its own right
-        for child_name, child in list(parent.named_children()):
-            full = f"{parent_name}.{child_name}" if parent_name else child_name
-            if not _matches(full, targets):
-                continue
-            if isinstance(child, nn.Linear):
-                child = LoRALinear(child)
-                setattr(parent, child_name, child)
-            if isinstance(child, LoRALinear):
-                child.add_adapter(name, r, alpha, dropout, dtype)
-                matched += 1
+    for full, child in list(model.named_modules()):  # a snapshot: we replace modules while walking
+        # A wrapper's base_layer is not a target in its own right; the wrapper itself is (its name is the layer's).
+        if full.endswith(".base_layer") or not isinstance(child, (nn.Linear, LoRALinear)):
+            continue
+        if not _matches(full, targets):
+            continue
+        if isinstance(child, nn.Linear):
+            parent_name, _, child_name = full.rpartition(".")
+            child = LoRALinear(child)
+            setattr(model.get_submodule(parent_name), child_name, child)
+        child.add_adapter(name, r, alpha, dropout, dtype)
+        matched += 1
     if matched == 0:
         raise ValueError(f"add_lora({name!r}): no nn.Linear module name matched targets {targets!r}")
-    # The base is frozen: only LoRA A/B matrices (of any adapter) are trainable.
-    for pname, p in model.named_parameters():
+    for pname, p in model.named_parameters():  # only LoRA A/B matrices (of any adapter) are trainable
         p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
-    # Every wrapper, old or new, agrees on the active adapter again.
-    set_active_adapter(model, previous)
+    _set_active(model, previous)  # every wrapper, old or new, agrees on the active adapter again
 
 
 def active_adapter(model):
@@ -201,111 +147,69 @@ def active_adapter(model):
     return mods[0][1].active if mods else None
 
 
-def set_active_adapter(model, name):
-    """Make adapter `name` the only active one (None: all adapters off). The non-context form of use_adapter."""
-    if name is not None and name not in adapter_names(model):
-        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
+def _set_active(model, name):
+    if name is not None:
+        _known(model, name)
     for _, m in lora_modules(model):
         m.active = name
 
 
 @contextlib.contextmanager
 def use_adapter(model, name):
-    """Context manager: only adapter `name` is active inside; the previous state comes back on exit."""
+    """Context manager: only adapter `name` is active inside (None: all off); the previous state comes back on exit."""
     previous = active_adapter(model)
-    set_active_adapter(model, name)
+    _set_active(model, name)
     try:
         yield model
     finally:
-        set_active_adapter(model, previous)
+        _set_active(model, previous)
 
 
-@contextlib.contextmanager
 def adapters_off(model):
     """Context manager: every adapter off, so the model computes the frozen base (the GRPO reference policy)."""
-    with use_adapter(model, None):
-        yield model
+    return use_adapter(model, None)
 
 
 def lora_parameters(model, name):
     """The trainable parameters of adapter `name` (A and B of every wrapped module), for its optimizer."""
-    if name not in adapter_names(model):
-        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
-    params = []
-    for _, m in lora_modules(model):
-        if name in m.lora_A:
-            params += [m.lora_A[name], m.lora_B[name]]
-    return params
-
-
-def merge_adapter(model, name):
-    """Fold adapter `name` into the base weights and remove it; wrappers left without adapters are unwrapped.
-
-    For export only (never automatic, not on eval()): afterwards the base weights, and therefore the reference
-    model of every other adapter, include this adapter. When no adapter is left, the model is a plain HF model again
-    and `model.save_pretrained` writes the usual key names.
-    """
-    if name not in adapter_names(model):
-        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
-    was_active = active_adapter(model)
-    for full, m in lora_modules(model):
-        if name not in m.lora_A:
-            continue
-        m.merge(name)
-        if len(m.lora_A) == 0:
-            parent_name, _, child_name = full.rpartition(".")
-            setattr(model.get_submodule(parent_name) if parent_name else model, child_name, m.base_layer)
-    set_active_adapter(model, None if was_active == name else was_active)
+    _known(model, name)
+    return [p for _, m in lora_modules(model) if name in m.lora_A for p in (m.lora_A[name], m.lora_B[name])]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 2. Save / load in the PEFT format
+# 2. Save / load in the PEFT format: adapter_config.json + adapter_model.safetensors, PEFT's key names
+
+# The LoraConfig fields we write as constants, and those that, when set, ask for what this file does not implement.
+_PEFT_FIXED = dict(peft_type="LORA", task_type="CAUSAL_LM", bias="none", fan_in_fan_out=False, inference_mode=True,
+                   init_lora_weights=True, use_rslora=False, use_dora=False, modules_to_save=None, rank_pattern={},
+                   alpha_pattern={}, layers_to_transform=None, layers_pattern=None, revision=None)
+_PEFT_UNSUPPORTED = ("use_dora", "use_rslora", "fan_in_fan_out", "rank_pattern", "alpha_pattern", "modules_to_save",
+                     "exclude_modules", "target_parameters", "trainable_token_indices", "layer_replication",
+                     "lora_bias")
 
 
 def _peft_config(model, name, base_model_name_or_path):
-    """The adapter_config.json PEFT needs to rebuild the same adapter (LoraConfig fields, PEFT's names)."""
+    """The adapter_config.json PEFT needs to rebuild the same adapter."""
     mods = [(n, m) for n, m in lora_modules(model) if name in m.lora_A]
-    _, m0 = mods[0]
-    r, alpha = m0.r[name], m0.lora_alpha[name]
-    drop = m0.lora_dropout[name]
+    m0 = mods[0][1]
+    alpha, drop = m0.lora_alpha[name], m0.lora_dropout[name]
     # Target modules: the leaf names, PEFT's usual form, when they select exactly our modules; otherwise an exact
     # regex of the full names (PEFT full-matches a string target), so a reload never wraps a different set.
     wrapped = {n for n, _ in mods}
     leaves = sorted({n.rsplit(".", 1)[-1] for n in wrapped})
-    candidates = {n for n, mod in model.named_modules() if isinstance(mod, (nn.Linear, LoRALinear))}
-    candidates = {n for n in candidates if not n.endswith(".base_layer") and _matches(n, leaves)}
+    candidates = {n for n, mod in model.named_modules() if isinstance(mod, (nn.Linear, LoRALinear))
+                  and not n.endswith(".base_layer") and _matches(n, leaves)}
     targets = leaves if candidates == wrapped else "^(" + "|".join(re.escape(n) for n in sorted(wrapped)) + ")$"
-    return {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_model_name_or_path or getattr(model, "name_or_path", "") or "",
-        "r": r,
-        "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,
-        "lora_dropout": drop.p if isinstance(drop, nn.Dropout) else 0.0,
-        "target_modules": targets,
-        "bias": "none",
-        "fan_in_fan_out": False,
-        "inference_mode": True,
-        "init_lora_weights": True,
-        "use_rslora": False,
-        "use_dora": False,
-        "modules_to_save": None,
-        "rank_pattern": {},
-        "alpha_pattern": {},
-        "layers_to_transform": None,
-        "layers_pattern": None,
-        "revision": None,
-    }
+    return dict(_PEFT_FIXED, r=m0.r[name], lora_alpha=int(alpha) if float(alpha).is_integer() else alpha,
+                lora_dropout=drop.p if isinstance(drop, nn.Dropout) else 0.0, target_modules=targets,
+                base_model_name_or_path=base_model_name_or_path or getattr(model, "name_or_path", "") or "")
 
 
 def save_adapter(model, name, directory, base_model_name_or_path=""):
-    """Write adapter `name` to directory/adapter_config.json + directory/adapter_model.safetensors (PEFT format).
-
-    Keys are PEFT's: base_model.model.<module>.lora_A.weight (r, in) and .lora_B.weight (out, r), without the
-    adapter name (PEFT drops it when saving too). `peft.PeftModel.from_pretrained(base, directory)` loads it.
+    """Write adapter `name` to `directory` in PEFT's format: `peft.PeftModel.from_pretrained(base, directory)` loads
+    it. Keys: base_model.model.<module>.lora_A.weight (r, in) and .lora_B.weight (out, r), no adapter name (as PEFT).
     """
-    if name not in adapter_names(model):
-        raise ValueError(f"unknown adapter {name!r}; this model has adapters {adapter_names(model)}")
+    _known(model, name)
     tensors = {}
     for full, m in lora_modules(model):
         if name in m.lora_A:
@@ -320,38 +224,25 @@ def save_adapter(model, name, directory, base_model_name_or_path=""):
 def load_adapter(model, name, directory):
     """Load a PEFT-format LoRA adapter from `directory` as adapter `name` (added first if the model lacks it).
 
-    Refuses, with a clear message, the PEFT features this file does not implement (DoRA, rsLoRA, biases,
-    per-module ranks, modules_to_save, transposed weights) rather than loading something that computes otherwise.
+    Refuses, with a clear message, the PEFT features this file does not implement (DoRA, rsLoRA, biases, per-module
+    ranks, modules_to_save, transposed weights, ...) rather than loading something that computes otherwise.
     """
     path = os.path.join(directory, ADAPTER_CONFIG)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no {ADAPTER_CONFIG} in {directory}: not a PEFT adapter directory")
     with open(path) as f:
         cfg = json.load(f)
-    unsupported = {
-        "peft_type": cfg.get("peft_type", "LORA") != "LORA",
-        "use_dora": bool(cfg.get("use_dora")),
-        "use_rslora": bool(cfg.get("use_rslora")),
-        "bias": cfg.get("bias", "none") != "none",
-        "fan_in_fan_out": bool(cfg.get("fan_in_fan_out")),
-        "rank_pattern": bool(cfg.get("rank_pattern")),
-        "alpha_pattern": bool(cfg.get("alpha_pattern")),
-        "modules_to_save": bool(cfg.get("modules_to_save")),
-        "layers_to_transform": cfg.get("layers_to_transform") is not None,
-        "exclude_modules": bool(cfg.get("exclude_modules")),
-        "target_parameters": bool(cfg.get("target_parameters")),
-        "trainable_token_indices": bool(cfg.get("trainable_token_indices")),
-        "layer_replication": bool(cfg.get("layer_replication")),
-        "lora_bias": bool(cfg.get("lora_bias")),
-    }
-    bad = [k for k, v in unsupported.items() if v]
+    bad = [k for k in _PEFT_UNSUPPORTED if cfg.get(k)]
+    bad += [k for k, ok in [("peft_type", cfg.get("peft_type", "LORA") == "LORA"),
+                            ("bias", cfg.get("bias", "none") == "none"),
+                            ("layers_to_transform", cfg.get("layers_to_transform") is None)] if not ok]
     if bad:
         raise ValueError(f"{directory}: unsupported PEFT adapter settings {bad} (only plain LoRA is implemented)")
     if name not in adapter_names(model):
         add_lora(model, name, r=cfg["r"], alpha=cfg["lora_alpha"], dropout=cfg.get("lora_dropout", 0.0),
                  targets=cfg["target_modules"])
-    modules = dict(lora_modules(model))
-    expected = {f"{PEFT_PREFIX}{n}.lora_{ab}.weight" for n, m in modules.items() if name in m.lora_A for ab in "AB"}
+    modules = {n: m for n, m in lora_modules(model) if name in m.lora_A}
+    expected = {f"{PEFT_PREFIX}{n}.lora_{ab}.weight" for n in modules for ab in "AB"}
     tensors = load_file(os.path.join(directory, ADAPTER_WEIGHTS))
     # Some PEFT versions keep the adapter name in the key (lora_A.default.weight): drop it.
     tensors = {re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", k): v for k, v in tensors.items()}
@@ -372,31 +263,22 @@ def load_adapter(model, name, directory):
 # 3. Gradient checkpointing of the decoder layers
 
 
-def _decoder_layers(model):
-    # HF causal LMs keep the decoder body under `base_model` (Qwen2/Llama: model.model) and its blocks in `.layers`.
-    layers = getattr(getattr(model, "base_model", model), "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(f"{type(model).__name__}: no decoder layers found at model.base_model.layers")
-    return layers
-
-
 def _checkpointed_forward(self, *args, **kwargs):
     """A decoder layer's forward that keeps no activations, recomputing them in backward (training only)."""
     inner = self._corecode_inner_forward
     # The sampler (no_grad) and evaluation (eval mode) run the layer as is: nothing to recompute, cache allowed.
     if not (self.training and torch.is_grad_enabled()):
         return inner(*args, **kwargs)
-    # A KV cache would be written twice (forward, then the recompute in backward): a training forward has no use
-    # for one, so drop it as HF's own checkpointing does. Both names: transformers 5 renamed past_key_values.
-    # Our own pure caches (token_logprobs' shared-prompt pass) never append, so they may stay.
+    # A KV cache would be written twice (forward, then the recompute): drop it as HF's own checkpointing does (both
+    # names: transformers 5 renamed past_key_values). Our _PromptKV never appends, so it may stay.
     for key in ("cache", "past_key_values"):
-        if kwargs.get(key) is not None and not getattr(kwargs[key], "_corecode_pure", False):
+        if kwargs.get(key) is not None and not isinstance(kwargs[key], _PromptKV):
             kwargs[key] = None
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
-    # The recompute runs during backward, possibly after a `use_adapter` context has exited and another adapter is
-    # active: it must replay the forward with the adapters that were active NOW, or it would compute a different
-    # graph (wrong gradients, or torch's "different number of tensors" error). So pin them for the recompute.
+    # The recompute runs in backward, possibly after `use_adapter` has exited and another adapter is active: it must
+    # replay the adapters active NOW, or it computes another graph (wrong gradients, or torch's "different number of
+    # tensors" error). So pin them for the recompute.
     loras = [m for m in self.modules() if isinstance(m, LoRALinear)]
     active = [m.active for m in loras]
 
@@ -416,16 +298,17 @@ def _checkpointed_forward(self, *args, **kwargs):
 
 
 def enable_checkpointing(model, on=True):
-    """Turn hand-written per-layer activation checkpointing on (or off) for the model's decoder layers.
-
-    Active only while `model.training and torch.is_grad_enabled()`. Costs one extra forward of the decoder body in
-    backward; frees the activations inside each layer (only each layer's input is kept for the backward).
-    """
-    for layer in _decoder_layers(model):
+    """Per-layer activation checkpointing of the decoder layers on (or off), active only while `model.training and
+    torch.is_grad_enabled()`: one extra forward of the decoder in backward, only each layer's input kept."""
+    # HF causal LMs keep the decoder body under `base_model` (Qwen2/Llama: model.model) and its blocks in `.layers`.
+    layers = getattr(getattr(model, "base_model", model), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no decoder layers found at model.base_model.layers")
+    for layer in layers:
         enabled = "_corecode_inner_forward" in layer.__dict__
         if on and not enabled:
-            # Keep whatever forward the layer had (its class's, or one installed by e.g. accelerate hooks) and put ours
-            # in front as an instance attribute; a bound method survives copy.deepcopy (it rebinds to the copy).
+            # Keep whatever forward the layer had (its class's, or e.g. an accelerate hook's) and put ours in front as
+            # an instance attribute; a bound method survives copy.deepcopy (it rebinds to the copy).
             layer._corecode_inner_forward = layer.forward
             layer.forward = types.MethodType(_checkpointed_forward, layer)
         elif not on and enabled:
@@ -436,24 +319,22 @@ def enable_checkpointing(model, on=True):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 4. Token log-probabilities of completions
+# 4. Token log-probabilities of completions: a chunked output layer, shared prompts, length buckets
 
 
 class _ChunkedHeadLogprob(torch.autograd.Function):
     """log softmax((h W^T + b) / T)[target] for N rows, `rows` at a time, never holding more than (rows, V) logits.
 
     Forward keeps only h, the targets and the per-row logsumexp; backward recomputes each chunk's logits and turns
-    them in place into d logp / d logits = (onehot(target) - softmax) / T. Same gradient as autograd through the
-    full logits, with one (rows, V) float32 buffer alive at a time instead of several (B, T, V) ones.
+    them in place into d logp / d logits = (onehot(target) - softmax) / T: autograd's gradient, one buffer alive.
     """
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, rows, temperature):
         # hidden (N, H), weight (V, H), bias (V,) or None, targets (N,)
-        n = hidden.shape[0]
-        logp = hidden.new_empty(n, dtype=torch.float32)  # (N,)
-        lse = hidden.new_empty(n, dtype=torch.float32)  # (N,)
-        for s in range(0, n, rows):
+        logp = hidden.new_empty(hidden.shape[0], dtype=torch.float32)  # (N,)
+        lse = torch.empty_like(logp)  # (N,)
+        for s in range(0, hidden.shape[0], rows):
             logits = F.linear(hidden[s:s + rows], weight, bias).float().div_(temperature)  # (n_c, V)
             picked = logits.gather(1, targets[s:s + rows, None]).squeeze(1)  # (n_c,)
             # logsumexp by hand, in place, so the chunk costs one (n_c, V) buffer rather than two.
@@ -490,24 +371,20 @@ class _ChunkedHeadLogprob(torch.autograd.Function):
 
 
 class _PromptKV:
-    """What the attention layers see as their `cache` in a shared-prompt pass (duck-typed: they only call update).
+    """The `cache` the attention layers see in a shared-prompt pass (duck-typed: they only call update()).
 
-    Pure: update() never appends to stored state, so the recompute of a checkpointed layer in backward sees exactly
-    what the forward saw (HF's DynamicCache appends, which is why checkpointing normally drops the cache).
-    - capture mode (prefix=None): the prompt pass. Records each layer's rotated keys and values, returns them as is.
-    - prefix mode: the completion pass. Returns [prompt K/V of this row's prompt ; the completion's own K/V] along
-      the sequence axis; `rows` (B,) maps each completion row to its prompt. Gradients flow back through the index
-      and the concatenation into the prompt pass, summed over the rows that share a prompt.
+    Pure: update() never appends, so a checkpointed layer's recompute sees what its forward saw (HF's DynamicCache
+    appends, hence checkpointing drops it). Capture mode (prefix=None, the prompt pass) records each layer's rotated
+    keys and values. Prefix mode (the completion pass) returns [K/V of this row's prompt ; the completion's own];
+    `rows` (B,) maps completion rows to prompts, and gradients flow back through the index into the prompt pass.
     """
-    _corecode_pure = True  # _checkpointed_forward keeps caches that carry this mark
 
     def __init__(self, prefix=None, rows=None):
         self.kv = {} if prefix is None else prefix  # layer_idx -> (K, V), each (n, kv_heads, P, d)
         self.rows = rows
-        self.capture = prefix is None
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if self.capture:
+        if self.rows is None:
             self.kv[layer_idx] = (key_states, value_states)
             return key_states, value_states
         pk, pv = self.kv[layer_idx]  # (n, h, P, d)
@@ -517,67 +394,84 @@ class _PromptKV:
 
 def prepared_mask_ok(model):
     """True when the model takes a prepared 4D boolean attention mask as is: transformers >= 5 (4.x read custom 4D
-    masks differently per model), SDPA attention, and full-attention layers only. Eager attention wants an additive
-    float mask, flash-attention the 2D mask, sliding-window layers their own. Used by the sampler's decode mask
-    (agents._decode_mask) and the shared-prompt path of token_logprobs."""
+    masks differently per model), SDPA attention, full-attention layers only (eager wants an additive float mask,
+    flash-attention the 2D one, sliding windows their own). For agents._decode_mask and shared prompts here."""
     import transformers
 
-    config = model.config
-    types_ = getattr(config, "layer_types", None) or ["full_attention"]
+    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
     return (int(transformers.__version__.split(".")[0]) >= 5
-            and getattr(config, "_attn_implementation", None) == "sdpa"
-            and all(t == "full_attention" for t in types_))
+            and getattr(model.config, "_attn_implementation", None) == "sdpa"
+            and all(t == "full_attention" for t in layer_types))
 
 
 def _length_buckets(lengths, min_saving=0.15):
-    """Split rows into at most two groups by completion length when that cuts padded positions by >= min_saving.
+    """Rows sorted by completion length, cut once where that saves the most padding, if it saves >= min_saving.
 
-    lengths (B,) -> list of index tensors. A GRPO group's completions are ragged (a plan of 40 tokens next to one of
-    256); padding every row to the longest wastes up to half the completion pass. Sorting by length and cutting once
-    at the best place recovers most of it. our choice: two buckets at most and a 15% threshold, because each extra
-    bucket is one more forward over the whole model (kernel launches on a GPU), so small savings are not worth it.
+    lengths (B,) -> list of index tensors. GRPO completions are ragged (a 40-token plan next to a 256-token one).
+    our choice: two buckets at most and a 15% threshold, because each bucket is one more forward over the whole
+    model (kernel launches on a GPU), so small savings are not worth it.
     """
-    B = lengths.numel()
-    order = lengths.argsort()
+    B, order = lengths.numel(), lengths.argsort()
     s = lengths[order].tolist()
-    full = B * s[-1]
-    costs = [(k * s[k - 1] + (B - k) * s[-1], k) for k in range(1, B)]
-    if costs:
-        cost, k = min(costs)
-        if cost <= (1 - min_saving) * full:
-            return [order[:k], order[k:]]
+    costs = [(k * s[k - 1] + (B - k) * s[-1], k) for k in range(1, B)]  # padded positions if cut before k
+    if costs and min(costs)[0] <= (1 - min_saving) * B * s[-1]:
+        k = min(costs)[1]
+        return [order[:k], order[k:]]
     return [order]
 
 
-def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, share_prompts=True,
-                   temperature=1.0):
+def _shared_prompt_hidden(body, ids, am, P, rows, n):
+    """Hidden states (B, T, H) that score the completion tokens, each of the n distinct prompts run ONCE.
+
+    A prompt pass over the n prompts records every layer's keys and values (_PromptKV); a completion pass over the
+    B rows attends to [its prompt's real tokens ; its completion up to itself], in at most two length buckets.
+    """
+    B, device = ids.shape[0], ids.device
+    # The first row holding each prompt.
+    first_row = torch.full((n,), B, dtype=torch.long, device=device).scatter_reduce(
+        0, rows, torch.arange(B, device=device), reduce="amin")  # (n,)
+    p_ids, p_am = ids[first_row, :P], am[first_row, :P].bool()  # (n, P)
+    p_pos = (p_am.long().cumsum(-1) - 1).clamp(min=0)  # (n, P)
+    causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()  # (P, P)
+    # Query i sees real keys j <= i. A left-pad query would see none (a fully masked row: NaN in some SDPA kernels,
+    # also in backward), so pads see themselves; their outputs are never read.
+    p_mask = (causal & p_am[:, None, :]) | torch.eye(P, dtype=torch.bool, device=device)  # (n, P, P)
+    capture = _PromptKV()
+    p_hidden = body(input_ids=p_ids, attention_mask={"full_attention": p_mask[:, None]}, position_ids=p_pos,
+                    cache=capture, use_cache=False).last_hidden_state  # (n, P, H)
+    prompt_len, completion_len = p_am.long().sum(-1), am[:, P:].sum(-1)  # (n,), (B,)
+    h = p_hidden.new_zeros(B, ids.shape[1] - P, p_hidden.shape[-1])  # (B, T, H); past a row's bucket: never scored
+    for bucket in _length_buckets(completion_len):
+        b, r = bucket.numel(), rows[bucket]  # r: each bucket row's prompt
+        Tb = max(1, int(completion_len[bucket].max()))
+        c_pos = prompt_len[r][:, None] + torch.arange(Tb, device=device)  # (b, Tb)
+        c_mask = torch.cat([p_am[r][:, None, :].expand(b, Tb, P),
+                            torch.ones(Tb, Tb, dtype=torch.bool, device=device).tril().expand(b, Tb, Tb)],
+                           dim=2)  # (b, Tb, P+Tb)
+        c_hidden = body(input_ids=ids[bucket, P:P + Tb], attention_mask={"full_attention": c_mask[:, None]},
+                        position_ids=c_pos, cache=_PromptKV(capture.kv, r), use_cache=False).last_hidden_state
+        # The last prompt position scores completion token 0; completion position t scores token t + 1.
+        h[bucket, :Tb] = torch.cat([p_hidden[r, -1][:, None], c_hidden[:, :-1]], dim=1)  # (b, Tb, H)
+    return h
+
+
+def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, temperature=1.0):
     """log p(token) of every completion token given everything before it: (B, T) with T = L - completion_start.
 
-    temperature: the log-probs are those of softmax(logits / temperature), the distribution the sampler drew the
-    tokens from (agents.sample). GRPO's policy, old and reference log-probs must all use the sampling temperature,
-    as TRL and verl do: scoring tokens drawn at T != 1 under T = 1 biases the gradient.
-
     input_ids (B, L) = left-padded prompts (P = completion_start columns) + right-padded completions;
-    attention_mask (B, L) is 1 on real tokens. Positions come from the attention mask (cumsum - 1), as HF generate
-    counts them, so left padding does not shift a prompt. Completion positions whose attention_mask is 0 (padding)
-    are not scored and hold 0.
+    attention_mask (B, L) is 1 on real tokens. Positions come from the mask (cumsum - 1, as HF generate), so left
+    padding does not shift a prompt; padding positions are not scored and hold 0. The log-probs are those of
+    softmax(logits / temperature): GRPO's policy, old and reference log-probs must use the sampling temperature (as
+    TRL and verl do), or tokens drawn at T != 1 bias the gradient.
 
-    Compute: columns that are padding in every row (left of the longest prompt, right of the longest completion)
-    are cut first. With share_prompts (default) rows whose prompts are identical -- a GRPO group, G rows per prompt
-    -- run their prompt through the decoder ONCE: a prompt pass over the n distinct prompts records every layer's
-    keys and values, then a completion pass over the B rows attends to them (see `_PromptKV`). Same numbers as
-    running the B full rows (up to float rounding), with prompt compute and activations cut by G: a planner group
-    (G=8, ~250-token prompt, <=256-token plan) runs ~40% fewer token-layers. Models whose attention needs other mask
-    formats (eager, flash-attention, sliding windows) take the plain path over (B, L). The completion pass runs in
-    at most two length buckets (`_length_buckets`), so short completions are not padded to the longest one.
-
-    Memory: the decoder body runs checkpointed per layer when enabled and training; then the output layer +
-    log-softmax run on at most `chunk` completion tokens at a time (one (chunk, V) float32 buffer), and only over
-    real completion tokens. chunk=256: our choice: on the 0.5B model (152k vocabulary) that buffer is 156 MB
-    whatever the batch, where full float32 logits of 8 x 512 tokens are 2.5 GB per copy; chunks of 1024 tokens
-    took a LoRA forward+backward over 8 x 512 tokens from 15.5 GB to 9.4 GB with the same gradient (DESIGN.md),
-    and 256-token chunks still keep the output-layer matmuls large enough to run at full speed.
-    Assumes logits = lm_head(hidden) (no soft-capping; Qwen2/Llama have none) and a plain nn.Linear output layer.
+    Compute: all-padding columns are cut; rows with identical prompts (a GRPO group) run their prompt ONCE
+    (_shared_prompt_hidden: same numbers up to rounding; a planner group, G=8, ~250-token prompts, <=256-token plans,
+    runs ~40% fewer token-layers); models needing other mask formats (prepared_mask_ok) take the plain path.
+    Memory: the output layer + log-softmax run on at most `chunk` real completion tokens at a time. chunk=256: our
+    choice: on the 0.5B model (152k vocabulary) its float32 buffer is 156 MB whatever the batch, where full logits of
+    8 x 512 tokens are 2.5 GB per copy (chunks took a LoRA step over 8 x 512 tokens from 15.5 GB to 9.4 GB, same
+    gradient, DESIGN.md), and 256 rows keep the matmuls at full speed. Assumes logits = lm_head(hidden) (no
+    soft-capping; Qwen2/Llama have none) and a plain nn.Linear output layer.
     """
     if not temperature > 0:
         raise ValueError(f"token_logprobs needs temperature > 0, got {temperature}")
@@ -588,64 +482,32 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
     head = model.get_output_embeddings()
     if not isinstance(head, nn.Linear):
         raise ValueError(f"token_logprobs needs a plain nn.Linear output layer, got {type(head).__name__}")
-    T_out = L - P
-    valid_out = attention_mask[:, P:].bool()  # (B, T_out)
-    # Cut all-padding columns: leading prompt pads shared by every row, trailing completion pads. Positions come
-    # from the mask, so nothing else changes. At least one prompt column stays (it scores the first token).
+    valid_out = attention_mask[:, P:].bool()  # (B, L - P)
+    # Cut leading prompt pads shared by every row and trailing completion pads; keep >= 1 prompt column (it scores
+    # the first token). Positions come from the mask, so nothing else changes.
     real = attention_mask.bool().any(0)  # (L,)
     first = min(int(real[:P].long().argmax()) if bool(real[:P].any()) else P - 1, P - 1)
     last = P + (int(real[P:].nonzero().max()) + 1 if bool(real[P:].any()) else 0)
     ids, am = input_ids[:, first:last], attention_mask[:, first:last]  # (B, L')
-    P = P - first
+    P -= first
     T = ids.shape[1] - P
-    body = model.base_model
     n = B
-    if share_prompts and T > 0 and prepared_mask_ok(model):
+    if T > 0 and prepared_mask_ok(model):
         prompt_key = torch.where(am[:, :P].bool(), ids[:, :P], -1)  # (B, P): equal rows = equal prompts
         distinct, rows = torch.unique(prompt_key, dim=0, return_inverse=True)  # (n, P), (B,)
         n = distinct.shape[0]
     if n < B:
-        # Prompt pass: the n distinct prompts, one row each (the first row that has it).
-        first_row = torch.full((n,), B, dtype=torch.long, device=ids.device).scatter_reduce(
-            0, rows, torch.arange(B, device=ids.device), reduce="amin")  # (n,)
-        p_ids, p_am = ids[first_row, :P], am[first_row, :P].bool()  # (n, P)
-        p_pos = (p_am.long().cumsum(-1) - 1).clamp(min=0)  # (n, P)
-        causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()  # (P, P)
-        # Query i sees real keys j <= i. A left-pad query would see none (a fully masked row: NaN in some SDPA
-        # kernels, also in backward), so pads see themselves; their outputs are never read.
-        p_mask = (causal & p_am[:, None, :]) | torch.eye(P, dtype=torch.bool, device=ids.device)  # (n, P, P)
-        capture = _PromptKV()
-        p_hidden = body(input_ids=p_ids, attention_mask={"full_attention": p_mask[:, None]}, position_ids=p_pos,
-                        cache=capture, use_cache=False).last_hidden_state  # (n, P, H)
-        # Completion pass: each row attends to [its prompt's real tokens ; its completion tokens up to itself].
-        # Rows run in at most two length buckets (see _length_buckets), each cut to its own longest completion.
-        prompt_len = p_am.long().sum(-1)  # (n,)
-        completion_len = am[:, P:].sum(-1)  # (B,)
-        kv = dict(capture.kv)
-        h = p_hidden.new_zeros(B, T, p_hidden.shape[-1])  # (B, T, H); positions past a row's bucket are never scored
-        for bucket in _length_buckets(completion_len):
-            b, r = bucket.numel(), rows[bucket]  # r: each bucket row's prompt
-            Tb = max(1, int(completion_len[bucket].max()))
-            c_ids = ids[bucket, P:P + Tb]  # (b, Tb)
-            c_pos = prompt_len[r][:, None] + torch.arange(Tb, device=ids.device)  # (b, Tb)
-            c_mask = torch.cat([p_am[r][:, None, :].expand(b, Tb, P),
-                                torch.ones(Tb, Tb, dtype=torch.bool, device=ids.device).tril().expand(b, Tb, Tb)],
-                               dim=2)  # (b, Tb, P+Tb)
-            c_hidden = body(input_ids=c_ids, attention_mask={"full_attention": c_mask[:, None]}, position_ids=c_pos,
-                            cache=_PromptKV(kv, r), use_cache=False).last_hidden_state  # (b, Tb, H)
-            # The last prompt position scores completion token 0; completion position t scores token t + 1.
-            h[bucket, :Tb] = torch.cat([p_hidden[r, -1][:, None], c_hidden[:, :-1]], dim=1)  # (b, Tb, H)
+        h = _shared_prompt_hidden(model.base_model, ids, am, P, rows, n)  # (B, T, H)
     else:
         position_ids = (am.long().cumsum(-1) - 1).clamp(min=0)  # (B, L')
-        hidden = body(input_ids=ids, attention_mask=am, position_ids=position_ids,
-                      use_cache=False).last_hidden_state  # (B, L', H)
-        # The state at position j predicts token j + 1: completion token t is scored by position P + t - 1.
-        h = hidden[:, P - 1:P + T - 1]  # (B, T, H)
+        hidden = model.base_model(input_ids=ids, attention_mask=am, position_ids=position_ids,
+                                  use_cache=False).last_hidden_state  # (B, L', H)
+        h = hidden[:, P - 1:P + T - 1]  # (B, T, H): position j predicts token j + 1
     valid = valid_out[:, :T]  # (B, T)
     lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, ids[:, P:][valid], max(1, int(chunk)),
                                    float(temperature))  # (N,)
-    # Scatter back to (B, T_out); masked_scatter keeps the result connected to the graph even when N == 0.
-    return lp.new_zeros(B, T_out).masked_scatter(valid_out, lp)  # (B, T_out)
+    # Scatter back to (B, L - P); masked_scatter keeps the result connected to the graph even when N == 0.
+    return lp.new_zeros(valid_out.shape).masked_scatter(valid_out, lp)  # (B, L - P)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -655,11 +517,10 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
 def group_advantages(rewards, group_size, eps=1e-4, unbiased=True):
     """A_i = (r_i - mean(group)) / (std(group) + eps); rows i*G .. i*G+G-1 form one group.
 
-    A group whose rewards are all equal (all fail / all pass, frequent in code RL) gets exactly zero advantage and
-    contributes no policy gradient; the fraction of such groups is returned as zero_var_frac.
-    eps=1e-4: DeepSeekMath's normalisation as used by TRL. unbiased=True: our choice (sample std, torch's and
-    TRL's default), because the paper does not say which.
-    Returns (advantages (B,) float32, stats dict: reward_mean, reward_std, zero_var_frac, adv_std).
+    A group whose rewards all tie (all fail / all pass, frequent in code RL) gets exactly zero advantage and no
+    policy gradient; their fraction is returned as zero_var_frac. eps=1e-4: DeepSeekMath's normalisation as in TRL.
+    unbiased=True: our choice (sample std, torch's and TRL's default), because the paper does not say which.
+    Returns (advantages (B,) float32 on CPU, stats dict: reward_mean, reward_std, zero_var_frac, adv_std).
     """
     r = torch.as_tensor(rewards, dtype=torch.float32).flatten()  # (B,)
     if group_size < 1 or r.numel() == 0 or r.numel() % group_size:
@@ -742,18 +603,15 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 4. Data parallel (torchrun): rank r of W takes a contiguous share, gradients are summed, metrics gathered.
+# 6. Data parallel (torchrun): rank r of W takes a contiguous share, gradients are summed, metrics gathered.
 # Under plain `python` (no WORLD_SIZE) every helper is the identity and no process group exists.
 
 def dist_setup():
     """Join torchrun's process group (nccl on CUDA, gloo on CPU) when WORLD_SIZE > 1. Returns (rank, world,
     local_rank); (0, 1, 0) under plain python. Each CUDA rank gets the device cuda:LOCAL_RANK."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     if world <= 1:
         return 0, 1, 0
-    import torch.distributed as dist
-
     if not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(local)
@@ -763,8 +621,6 @@ def dist_setup():
 
 def rank_and_world():
     """(rank, world size) of this process: (0, 1) without a process group."""
-    import torch.distributed as dist
-
     return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
@@ -780,11 +636,9 @@ def shard(items, rank=None, world=None):
 
 def gather(obj):
     """[obj of rank 0, obj of rank 1, ...] on every rank (any picklable object); [obj] without a process group."""
-    rank, world = rank_and_world()
+    world = rank_and_world()[1]
     if world == 1:
         return [obj]
-    import torch.distributed as dist
-
     out = [None] * world
     dist.all_gather_object(out, obj)
     return out
@@ -794,8 +648,6 @@ def all_reduce_sum_(tensors):
     """Sum tensors in place over the ranks (one flat buffer, one collective); a no-op without a process group."""
     if rank_and_world()[1] == 1 or not tensors:
         return
-    import torch.distributed as dist
-
     flat = torch.cat([t.reshape(-1).float() for t in tensors])  # (sum of numels,)
     dist.all_reduce(flat)
     offset = 0
