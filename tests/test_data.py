@@ -150,12 +150,12 @@ def test_mbpp_path_resolution_order(tmp_path, monkeypatch):
     other = tmp_path / "other.jsonl"
     other.write_text("")
     monkeypatch.setenv("CORECODE_MBPP", fixture("mbpp_sanitized.json"))
-    assert data.resolve_mbpp_path() == fixture("mbpp_sanitized.json")      # env beats the default
-    assert data.resolve_mbpp_path(str(other)) == str(other)                 # explicit beats env
+    assert data.resolve_path("mbpp") == fixture("mbpp_sanitized.json")      # env beats the default
+    assert data.resolve_path("mbpp", str(other)) == str(other)                 # explicit beats env
     monkeypatch.delenv("CORECODE_MBPP")
     default = os.path.normpath(os.path.join(data.ROOT, "..", "shared", "data", "mbpp.jsonl"))
     if os.path.exists(default):
-        assert data.resolve_mbpp_path() == default
+        assert data.resolve_path("mbpp") == default
 
 
 # ------------------------------------------------------------------------------- MBPP download on first use
@@ -198,13 +198,13 @@ def test_pinned_mbpp_hash_matches_the_shared_file():
 
 def test_mbpp_downloads_once_into_the_cache(mbpp_source, tmp_path, monkeypatch, capsys):
     cached = str(tmp_path / "cache" / "data" / "mbpp.jsonl")
-    assert data.resolve_mbpp_path() == cached == data.mbpp_cache_path()
+    assert data.resolve_path("mbpp") == cached == data.mbpp_cache_path()
     assert open(cached, "rb").read() == mbpp_source.read_bytes()
     said = capsys.readouterr().err
     assert said.count("\n") == 1 and cached in said and f"{data.MBPP_SIZE:,} bytes" in said
     # Second call: the cache is used; a download would now fail loudly (the URL leads nowhere).
     monkeypatch.setenv("CORECODE_MBPP_URL", unreachable_url())
-    assert data.resolve_mbpp_path() == cached
+    assert data.resolve_path("mbpp") == cached
     assert capsys.readouterr().err == ""
     assert len(data.load("mbpp", split="all")) == 4
 
@@ -224,7 +224,7 @@ def test_mbpp_download_from_unreachable_url_is_one_line(mbpp_source, tmp_path, m
     url = unreachable_url()
     monkeypatch.setenv("CORECODE_MBPP_URL", url)
     with pytest.raises(FileNotFoundError) as e:
-        data.resolve_mbpp_path()
+        data.resolve_path("mbpp")
     msg = str(e.value)
     assert "\n" not in msg and url in msg and "--data PATH" in msg and "CORECODE_MBPP" in msg
     assert os.listdir(tmp_path / "cache" / "data") == []
@@ -239,25 +239,18 @@ def test_explicit_path_and_env_win_over_shared_and_cache(mbpp_source, tmp_path, 
     monkeypatch.setenv("CORECODE_MBPP_URL", unreachable_url())  # any download attempt would raise
     explicit, env = fixture("mbpp_sanitized.json"), fixture("mbpp_malformed.jsonl")
     monkeypatch.setenv("CORECODE_MBPP", env)
-    assert data.resolve_mbpp_path(explicit) == explicit
-    assert data.resolve_mbpp_path() == env
+    assert data.resolve_path("mbpp", explicit) == explicit
+    assert data.resolve_path("mbpp") == env
     monkeypatch.delenv("CORECODE_MBPP")
-    assert data.resolve_mbpp_path() == str(shared)                          # this workspace's copy
+    assert data.resolve_path("mbpp") == str(shared)                          # this workspace's copy
     shared.unlink()
-    assert data.resolve_mbpp_path() == str(cached)
+    assert data.resolve_path("mbpp") == str(cached)
 
 
 def test_malformed_line_error_names_file_and_line():
     with pytest.raises(ValueError) as e:
         data.load("mbpp", path=fixture("mbpp_malformed.jsonl"), split="all")
     assert "mbpp_malformed.jsonl:2:" in str(e.value) and "not valid JSON" in str(e.value)
-
-
-def test_skip_malformed_counts_what_it_skips(capsys):
-    problems = data.load("mbpp", path=fixture("mbpp_malformed.jsonl"), split="all", skip_malformed=True)
-    assert [p.id for p in problems] == ["mbpp/11", "mbpp/13"]
-    err = capsys.readouterr().err
-    assert "skipped 2 malformed record(s)" in err and "mbpp_malformed.jsonl:2" in err
 
 
 def test_missing_field_error_names_its_line(tmp_path):
@@ -268,11 +261,11 @@ def test_missing_field_error_names_its_line(tmp_path):
         data.load("mbpp", path=str(path), split="all")
 
 
-def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
+def test_broken_json_list_error_names_its_line(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('[\n {"task_id": 11},\n')
     with pytest.raises(ValueError, match=r"broken\.json:3"):
-        data.load("mbpp", path=str(path), split="all", skip_malformed=True)
+        data.load("mbpp", path=str(path), split="all")
 
 
 def test_gzipped_jsonl_reads_like_plain(tmp_path):
@@ -321,8 +314,6 @@ def test_humaneval_fixture_random_loop_falls_back_to_one_helper_case():
     assert p.hidden_tests == ["assert decode('ab') == 'ba'",
                               f"assert {data.HUMANEVAL_HELPER}(decode) is None"]
     assert f"def {data.HUMANEVAL_HELPER}(candidate):" in p.setup and "def encode" in p.setup
-    dropped = data.load("humaneval", path=path, fallback="drop")[2]
-    assert dropped.hidden_tests == ["assert decode('ab') == 'ba'"]
 
 
 def test_humaneval_fixture_flattening_keeps_the_verdict_of_check():
@@ -508,7 +499,7 @@ def test_bench_options_parse_to_loader_arguments():
 
 @pytest.mark.parametrize("pairs, match", [
     (["release"], "expected KEY=VALUE"),
-    (["relase=2024-11-25"], "livebench takes release, skip_malformed, time_factor, time_limit_s"),
+    (["relase=2024-11-25"], "livebench takes release, time_factor, time_limit_s"),
 ])
 def test_bad_bench_options_name_what_is_accepted(pairs, match):
     with pytest.raises(ValueError, match=match):
