@@ -452,12 +452,8 @@ def parse_args(argv=None):
     return args
 
 
-def run(args) -> str:
-    """Steps 1-6 of the evaluation; returns the path of summary.json. Raises UsageError on bad inputs."""
-    methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
-    out_dir = args.out or default_out_dir(args)
-
-    # 1. Problems. Loaded before the model so a missing data file fails in a second, not a minute.
+def load_problems(args) -> list:
+    """Step 1: the problems, loaded before the model so a missing data file fails in a second, not a minute."""
     try:
         options = data.parse_bench_options(args.bench, args.bench_option)
         problems = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
@@ -467,6 +463,76 @@ def run(args) -> str:
         raise UsageError(str(e)) from None
     if not problems:
         raise UsageError(f"no problems in {args.bench}/{args.split} (check --split / --data)")
+    return problems
+
+
+def writable_out_dir(out_dir: str) -> None:
+    """The out dir must be writable before a minute goes into loading the model (creating it writes nothing in it)."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out_dir}: not writable; pass another --out")
+
+
+def evaluate_row(name, method, todo, n_problems, args, model, tokenizer, agent, pool, path):
+    """Step 5 for one row: generate + execute its remaining problems chunk by chunk. Each chunk's lines are appended
+    and flushed at once, so a killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size
+    problems per rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order."""
+    rank, world = grpo.rank_and_world()
+    # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
+    bar = tqdm(total=n_problems, initial=n_problems - len(todo), desc=name, unit="problem",
+               disable=None if rank == 0 else True)
+    for start in range(0, len(todo), args.batch_size * world):
+        whole = todo[start:start + args.batch_size * world]
+        chunk = grpo.shard(whole, rank, world)
+        # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
+        records, gen_s, exec_s = attempt_and_judge(
+            method, model, tokenizer, [p for _, p in chunk], agent, pool, n=args.n, temperature=args.temperature,
+            seed=args.seed + chunk[0][0] if chunk else 0, max_new_tokens=args.max_new_tokens,
+            plan_max_new_tokens=args.plan_max_new_tokens, repair_rounds=args.repair_rounds,
+            mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t, repeat=args.timing_repeats,
+            stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True))
+        # Per-problem share of the chunk's time (generation is batched across problems).
+        k = max(1, len(chunk))
+        share = dict(gen_s=gen_s / k, exec_s=exec_s / k, wall_s=(gen_s + exec_s) / k)
+        lines = [json.dumps({"id": p.id, "method": name, "samples": samples,
+                             "passed": sum(s["verdict"] == "passed" for s in samples), **share}) + "\n"
+                 for (_, p), samples in zip(chunk, records)]
+        lines = [line for part in grpo.gather(lines) for line in part]  # every rank's, in chunk order
+        if rank == 0:
+            with open(path, "a") as f:
+                f.writelines(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        bar.update(len(whole))
+    bar.close()
+
+
+def write_summary(out_dir, problems, args) -> str:
+    """Step 6: the summary over this run's problems of every row in the out dir (so a planner-coder run next to an
+    earlier direct run still reports CG); summary.json and the table. Returns the summary's path."""
+    ids = {p.id for p in problems}
+    records = {}
+    for name in all_row_names():
+        recs = [r for r in read_records(os.path.join(out_dir, f"{name}.jsonl")) if r["id"] in ids]
+        if recs:
+            records[name] = recs
+    summary = summarize(records, args.n, exact_apr=not args.stop_on_failure)
+    summary_path = os.path.join(out_dir, "summary.json")
+    with open(summary_path, "w") as f:
+        json.dump(summary, f, indent=2)
+    print(format_table(summary, args.n))
+    return summary_path
+
+
+def run(args) -> str:
+    """Steps 1-6 of the evaluation; returns the path of summary.json (None on ranks > 0). Raises UsageError on bad
+    inputs, before anything is written."""
+    methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
+    out_dir = args.out or default_out_dir(args)
+    problems = load_problems(args)
     rank, world = grpo.rank_and_world()
     say = print if rank == 0 else (lambda *a, **k: None)  # under torchrun rank 0 speaks for all
     say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
@@ -476,13 +542,7 @@ def run(args) -> str:
     # one per method, or one per adapter combination of an ablated method (--ablate).
     args.adapters = parse_adapters(args.adapter)
     rows = plan_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
-    # The out dir must be writable before a minute goes into loading the model (creating it writes nothing in it).
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out_dir}: not writable; pass another --out")
+    writable_out_dir(out_dir)
     settings_path = os.path.join(out_dir, "settings.json")
     check_settings(settings_path, result_settings(args))
 
@@ -494,81 +554,30 @@ def run(args) -> str:
         if len(todo[name]) < len(problems):
             say(f"{name}: skipped {len(problems) - len(todo[name])} done problems, {len(todo[name])} to go")
 
-    # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir
-    # before this succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
+    # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir before this
+    # succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
     model = tokenizer = None
     loaded = set()
     if any(todo.values()):
         model, tokenizer = load_model_or_fail(args)
         loaded = load_adapters(model, args.adapters)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        if rank == 0:
-            write_settings(settings_path, result_settings(args))
-            with open(os.path.join(out_dir, "args.json"), "w") as f:
-                json.dump(vars(args), f, indent=2)
-    except OSError as e:
-        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
-    if model is not None and rank == 0:
-        print(f"model {args.model} on {next(model.parameters()).device} "
-              f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "
-              f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
-              f"(all arguments: {os.path.join(out_dir, 'args.json')})")
+        say(f"model {args.model} on {next(model.parameters()).device} "
+            f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "
+            f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
+            f"(all arguments: {os.path.join(out_dir, 'args.json')})")
+    if rank == 0:
+        write_settings(settings_path, result_settings(args))
+        with open(os.path.join(out_dir, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=2)
 
-    # 5. Generate + execute, chunk by chunk. Each chunk's lines are appended and flushed at once, so a
-    # killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size problems per rank, each
-    # rank takes its contiguous share, and rank 0 writes the gathered lines in the chunk's order.
+    # 5. Generate + execute, row by row; an ablation row's agent has every loaded adapter but those it switches off.
     with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
         for name, method, off in rows:
-            path = os.path.join(out_dir, f"{name}.jsonl")
-            # The row's adapters: every loaded one except those this ablation row switches off.
             agent = make_agent(model, loaded - off) if model is not None else None
-            # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
-            bar = tqdm(total=len(problems), initial=len(problems) - len(todo[name]), desc=name, unit="problem",
-                       disable=None if rank == 0 else True)
-            for start in range(0, len(todo[name]), args.batch_size * world):
-                whole = todo[name][start:start + args.batch_size * world]
-                chunk = grpo.shard(whole, rank, world)
-                # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
-                records, gen_s, exec_s = attempt_and_judge(
-                    method, model, tokenizer, [p for _, p in chunk], agent, pool, n=args.n,
-                    temperature=args.temperature, seed=args.seed + chunk[0][0] if chunk else 0,
-                    max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
-                    repair_rounds=args.repair_rounds, mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t,
-                    repeat=args.timing_repeats, stop_on_failure=args.stop_on_failure,
-                    show=lambda text: bar.set_postfix_str(text, refresh=True))
-                # Per-problem share of the chunk's time (generation is batched across problems).
-                share = dict(gen_s=gen_s / max(1, len(chunk)), exec_s=exec_s / max(1, len(chunk)),
-                             wall_s=(gen_s + exec_s) / max(1, len(chunk)))
-                lines = [json.dumps({"id": p.id, "method": name, "samples": samples,
-                                     "passed": sum(s["verdict"] == "passed" for s in samples), **share}) + "\n"
-                         for (_, p), samples in zip(chunk, records)]
-                lines = [line for part in grpo.gather(lines) for line in part]  # every rank's, in chunk order
-                if rank == 0:
-                    with open(path, "a") as f:
-                        f.writelines(lines)
-                        f.flush()
-                        os.fsync(f.fileno())
-                bar.update(len(whole))
-            bar.close()
-
-    # 6. Summary over this run's problems (other rows already in the out dir join the table, so a
-    # planner-coder run next to an earlier direct run still reports CG).
-    ids = {p.id for p in problems}
-    records = {}
-    for name in all_row_names():
-        path = os.path.join(out_dir, f"{name}.jsonl")
-        recs = [r for r in read_records(path) if r["id"] in ids]
-        if recs:
-            records[name] = recs
-    if rank != 0:
-        return None      # rank 0 writes the summary
-    summary = summarize(records, args.n, exact_apr=not args.stop_on_failure)
-    summary_path = os.path.join(out_dir, "summary.json")
-    with open(summary_path, "w") as f:
-        json.dump(summary, f, indent=2)
-    print(format_table(summary, args.n))
-    return summary_path
+            evaluate_row(name, method, todo[name], len(problems), args, model, tokenizer, agent, pool,
+                         os.path.join(out_dir, f"{name}.jsonl"))
+    # 6. Summary (rank 0 writes it).
+    return write_summary(out_dir, problems, args) if rank == 0 else None
 
 
 def main(argv=None) -> int:

@@ -1,44 +1,34 @@
 """train.py: CoRe-Code's collaborative GRPO, one stage at a time, as a plain script.
 
-What it is: `python train.py --stage planner` trains the Planner's LoRA adapter with GRPO while the Coder is
-frozen; `python train.py --stage coder` then trains the Coder's adapter while the (trained) Planner is frozen.
-The same recipe applied to MapCoder's agents: `--stage retriever` trains the Retrieval agent (scored by the code
-the frozen Planner and Coder write from its recollection), `--stage debugger` trains the Debugging agent on the
-problems whose frozen Coder program fails a public test (scored by the repaired program). All agents are named
-LoRA adapters on ONE base model in memory, and the KL reference is that same base with
-every adapter switched off (grpo.adapters_off), so no second copy of the model ever exists. Rewards come only
-from running the programs in the sandbox (sandbox.py) and scoring the results (rewards.py).
+What it is: `python train.py --stage planner` trains the Planner's LoRA adapter with GRPO while the Coder is frozen;
+`--stage coder` then trains the Coder's adapter under the trained, frozen Planner. The same recipe trains MapCoder's
+Retrieval agent (`--stage retriever`) and Debugging agent (`--stage debugger`, on problems whose Coder program fails
+a public test). Every agent is a named LoRA adapter on ONE base model in memory; the KL reference is that base with
+every adapter off (grpo.adapters_off), so no second copy exists. Rewards come only from running programs in the
+sandbox (sandbox.py) and scoring the results (rewards.py). The stages differ only by a row of the STAGES table.
 
-Each step is a numbered sequence of phases, read top to bottom from `train()` (set_up, grpo_step ->
-rollout_and_score + learn, log_evaluate_checkpoint):
-    1 sample     the frozen roles before the trained one write their output once per problem, the trained role
-                 samples a group of G outputs, the frozen roles after it write M outputs for each of those (stage
-                 debugger first keeps only the problems whose upstream program fails a PUBLIC test, with that
-                 test's feedback; a step where none fails is skipped and logged)
-    2 execute    every resulting program runs on the problem's hidden tests in the sandbox pool
-    3 reward     the stage's reward function scores each of the trained role's G outputs (rewards.py)
+One step, read top to bottom from `train()` (grpo_step -> rollout_and_score + learn, log_evaluate_checkpoint):
+    1 sample     frozen roles before the trained one write once per problem, the trained role samples a group of G,
+                 the frozen roles after it write M outputs for each (rollout)
+    2 execute    every program runs on its problem's hidden tests in the sandbox pool
+    3 reward     the stage's reward function scores the trained role's G outputs (rewards.py)
     4 advantages group-normalised (grpo.group_advantages)
     5 reference  log-probs of the sampled tokens with all adapters off (skipped when beta == 0)
     6 learn      GRPO loss, backward in micro-batches, gradient clipping, optimizer + scheduler step
-    7 log        one line per step on the progress bar, one JSON line per step in metrics.jsonl
-    8 eval/ckpt  held-out pass@1 of planner-coder and of direct coding (so Collaboration Gain is tracked),
-                 atomic checkpoints (adapter + optimizer + scheduler + RNG + step), keep the last K
+    7 log        a line per step on the progress bar, a JSON line in metrics.jsonl
+    8 eval/ckpt  held-out pass@1 of planner-coder and direct coding (so Collaboration Gain is tracked), atomic
+                 checkpoints (adapter + optimizer + scheduler + RNG + step), the last K kept
 
-The stage differences live in the STAGES table below, not in subclasses or branches over stages.
+Each problem of a step samples from its own generator, seeded by (seed, step, problem index), so a resumed run
+repeats exactly what it would have done, on any number of ranks. Under `torchrun --nproc_per_node N` each rank
+takes a contiguous share of the step's problems and the adapter's gradients are summed over ranks, so the update is
+the single-process one (README, "Many GPUs"); rank 0 alone writes.
 
-Many GPUs: `torchrun --nproc_per_node N train.py ...` runs the same loop data-parallel (README, "Many GPUs"):
-each rank samples, executes and scores a contiguous share of the step's problems (--problems-per-step is global),
-the adapter's gradients are summed over ranks (each rank's loss is scaled by its rows over all rows, so the update
-is the single-process one), and the step's metrics come from the gathered per-sample data. Rank 0 alone writes.
-Each problem of a step samples from its own generator, seeded by (seed, step, problem index), so what a problem
-draws does not depend on which rank or batch it is in, and a resumed run repeats exactly what it would have done.
+What it is not: a trainer framework (no Trainer class, callbacks or config system), or a vLLM rollout engine: our
+KV-cache sampler (agents.sample) is exact and shares a prefill per group, but has no paged attention.
 
-What it is not: a trainer framework (no Trainer class, callbacks or config system), or a vLLM
-rollout engine. Sampling uses our own KV-cache sampler (agents.sample): exact (greedy == HF generate) and a shared
-prefill per group, but no paged attention or continuous batching.
-
-References: DeepSeekMath (GRPO, arXiv:2402.03300); the CoRe-Code method as summarised in ../shared/DESIGN.md;
-nanoGPT / nanochat for the script style.
+References: DeepSeekMath (GRPO, arXiv:2402.03300); CoRe-Code as summarised in ../shared/DESIGN.md; nanoGPT /
+nanochat for the script style.
 """
 import argparse
 import json
@@ -62,23 +52,15 @@ import rewards
 import sandbox
 
 # -----------------------------------------------------------------------------------------------------------------
-# The stages. `chain` is the order in which the roles run on a problem; `train` is the role whose outputs form the
-# GRPO group (its LoRA adapter is the only thing updated); `reward` names the function in REWARDS that scores them.
-# Roles before the trained one run once per problem; the first role after it runs M (= --downstream-samples) times
-# per output, later roles once per context (so each trained output has exactly M leaves).
-# "toy" is a sanity-check stage: it rewards a target character in the trained role's raw text, with no sandbox, so
-# the tests can prove on a tiny random model that this exact loop learns (see tests/test_learning.py).
-# Optional fields:
-#   needs_public_failure  before the trained role runs, the upstream program (ctx["program"]) runs on the problem's
-#                         PUBLIC tests; only problems where it fails stay in the batch, and the failing case's
-#                         description (sandbox.feedback) goes into ctx["feedback"]. Hidden tests never reach a prompt.
-#   eval_method           the helper method of the held-out evaluation, compared with direct coding for CG
-#                         (default "planner-coder"; "direct" for the single-agent baseline: no CG then).
-#   format_gate           the trained role's outputs are thoughts whose format is checked (agents.plan_format_ok);
-#                         a broken one gets -(--format-penalty) whatever its code scored (rewards.format_gated).
-# MapCoder's agents (the seed paper's generality experiment): the Retrieval agent is scored like a thought, by the
-# pass rate and CPU time of the programs the frozen Planner -> Coder write from its recollection (reward "planner");
-# the Debugging agent like a program, by the hidden-test pass rate and memory of its repair (reward "coder").
+# The stages. `chain`: the order in which the roles run on a problem; `train`: the role whose outputs form the GRPO
+# group (its adapter is the only thing updated); `reward`: the function in REWARDS that scores them. Roles before the
+# trained one run once per problem, the first role after it M (--downstream-samples) times per output, later ones
+# once per context. Optional: `needs_public_failure` keeps only problems whose upstream program (ctx["program"])
+# fails a PUBLIC test, with its feedback in ctx["feedback"] (hidden tests never reach a prompt); `eval_method` is
+# the held-out method compared with direct coding (default planner-coder); `format_gate` penalises thoughts whose
+# format is broken (agents.plan_format_ok, rewards.format_gated). MapCoder's Retrieval agent is scored like a
+# thought (by the programs the frozen Planner -> Coder write from its recollection), its Debugging agent like a
+# program. "toy" rewards a character in the raw text, no sandbox: the tests prove with it that this loop learns.
 STAGES = {
     "planner": dict(chain=("planner", "coder"), train="planner", reward="planner", format_gate=True),
     "coder": dict(chain=("planner", "coder"), train="coder", reward="coder"),
@@ -852,60 +834,71 @@ def rollout_and_score(run, batch, generators):
     return samples, rewards_mine, {k: [x for part in parts for x in part[k]] for k in mine}, times
 
 
+def micro_batches(samples, size):
+    """This rank's completions as the objective wants them (prompt left-padded + completion right-padded), cut into
+    micro-batches of `size` rows, each trimmed of the columns none of its rows uses. Returns [(rows, input_ids,
+    attention_mask, completion_mask, completion_start)]."""
+    if not samples:
+        return []
+    input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (b, P+T)
+    attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (b, P+T)
+    cmask = samples.completion_mask  # (b, T), includes EOS
+    P, b = samples.prompt_ids.shape[1], input_ids.shape[0]
+    out = []
+    for a in range(0, b, size):
+        sl = slice(a, min(b, a + size))
+        left = int(samples.prompt_mask[sl].sum(1).max())  # longest prompt in the micro-batch
+        right = max(1, int(cmask[sl].sum(1).max()))  # longest completion
+        cols = slice(P - left, P + right)
+        out.append((sl, input_ids[sl][:, cols], attn[sl][:, cols], cmask[sl][:, :right], left))  # (mb, left+right)
+    return out
+
+
+def logprobs(run, ids, am, left):
+    """Token log-probs of the completions at the sampling temperature (policy, old and reference alike): the tokens
+    were drawn from softmax(logits / T), so that is the distribution whose log-probs the gradient needs."""
+    return grpo.token_logprobs(run.model, ids, am, left, chunk=run.args.logprob_chunk,
+                               temperature=run.args.temperature)  # (mb, T)
+
+
+def reference_logprobs(run, mbs):
+    """Phase 5, no grad: per micro-batch the reference log-probs (adapters off = the frozen base = the reference
+    policy; none when beta == 0) and, with several PPO passes, the sampling-time ones of the trained role."""
+    ref_lp, old_lp = [], []
+    with torch.no_grad():
+        run.model.eval()
+        for _, ids, am, _, left in mbs:
+            if run.args.beta != 0:
+                with grpo.adapters_off(run.model):
+                    ref_lp.append(logprobs(run, ids, am, left))
+            if run.args.ppo_epochs > 1:  # with one pass old == logp.detach() (learn)
+                with run.agent(run.role):
+                    old_lp.append(logprobs(run, ids, am, left))
+    return ref_lp, old_lp
+
+
 def learn(run, samples, adv, B, m, times):
     """Phases 5-6 on this rank's rows: reference (and old) log-probs, then the GRPO loss over micro-batches, each
     scaled by its rows over the step's B rows, so the gradients summed over micro-batches and over ranks are those
     of the mean over all B completions; clip, step. A rank without rows adds zero gradients."""
-    args, model = run.args, run.model
-    agent = run.agent
-    mbs = []
-    if samples:
-        # The completions as the objective wants them: prompt (left-padded) + completion (right-padded).
-        input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], 1)  # (b, P+T)
-        attn = torch.cat([samples.prompt_mask, samples.completion_mask], 1)  # (b, P+T)
-        cmask = samples.completion_mask  # (b, T), includes EOS
-        P, b = samples.prompt_ids.shape[1], input_ids.shape[0]
-        mbs = [slice(a, min(b, a + args.micro_batch)) for a in range(0, b, args.micro_batch)]
-
-    def micro(sl):
-        """Trim columns no row of this micro-batch uses (left prompt padding, right completion padding)."""
-        left = int(samples.prompt_mask[sl].sum(1).max())  # longest prompt in the micro-batch
-        right = max(1, int(cmask[sl].sum(1).max()))  # longest completion
-        cols = slice(P - left, P + right)
-        return input_ids[sl][:, cols], attn[sl][:, cols], cmask[sl][:, :right], left
-
-    def logprobs(ids, am, left):
-        # At the sampling temperature (policy, old and reference alike): the tokens were drawn from
-        # softmax(logits / T), so that is the distribution whose log-probs the gradient needs.
-        return grpo.token_logprobs(model, ids, am, left, chunk=args.logprob_chunk, temperature=args.temperature)
-
-    # ---- 5 reference (and old) log-probs, no grad: adapters off = the frozen base = the reference policy
+    args = run.args
+    mbs = micro_batches(samples, args.micro_batch)
+    # ---- 5 reference (and old) log-probs
     show(run, "reference log-probs")
     t0 = time.time()
-    ref_lp, old_lp = [], []
-    with torch.no_grad():
-        model.eval()
-        for sl in mbs:
-            ids, am, _, left = micro(sl)
-            if args.beta != 0:
-                with grpo.adapters_off(model):
-                    ref_lp.append(logprobs(ids, am, left))
-            if args.ppo_epochs > 1:
-                with agent(run.role):  # sampling-time log-probs; with one pass old == logp.detach() (below)
-                    old_lp.append(logprobs(ids, am, left))
+    ref_lp, old_lp = reference_logprobs(run, mbs)
     times["t_reference"] = time.time() - t0
 
     # ---- 6 learn, forward AND backward under the trained role's adapter
     show(run, f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
     t0 = time.time()
-    model.train()
+    run.model.train()
     stats, skipped = {}, False
-    with agent(run.role):
+    with run.agent(run.role):
         for _ in range(args.ppo_epochs):
             run.optimizer.zero_grad(set_to_none=True)
-            for j, sl in enumerate(mbs):
-                ids, am, cm, left = micro(sl)
-                lp = logprobs(ids, am, left)  # (mb, T)
+            for j, (sl, ids, am, cm, left) in enumerate(mbs):
+                lp = logprobs(run, ids, am, left)  # (mb, T)
                 loss, st = grpo.grpo_loss(lp, old_lp[j] if args.ppo_epochs > 1 else lp.detach(),
                                           ref_lp[j] if args.beta != 0 else None, adv[sl], cm, beta=args.beta,
                                           clip_eps=args.clip_eps)
@@ -931,7 +924,7 @@ def learn(run, samples, adv, B, m, times):
     else:
         m["grad_norm"] = float(grad_norm)
         run.scheduler.step()  # the schedule counts updates: a skipped step does not advance it
-    model.eval()
+    run.model.eval()
     m.update(summed(grpo.gather(stats)))
     m["lr"] = run.optimizer.param_groups[0]["lr"]
     times["t_learn"] = time.time() - t0
