@@ -1,14 +1,13 @@
 """GRPO for CoRe-Code: hand-written LoRA with named adapters, gradient checkpointing, and the GRPO objective.
 
 What it is: (1) LoRA by hand: `LoRALinear` wraps a frozen nn.Linear and holds several *named* adapters, so one base
-model serves every agent, and "all adapters off" IS the KL reference model (the same weights, no second copy);
-adapters are saved and loaded in PEFT's file format. (2) Per-layer activation checkpointing, only while training
-with grad. (3) The objective as pure tensor functions: per-token log-probs of completions (never the full (B, T, V)
-float32 logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Five
-torch.distributed helpers for data parallel under torchrun (the loss of each rank is scaled by its share of rows, so
-summed gradients equal the single-process ones).
-What it is not: a trainer (train.py glues problems, sampling, rewards, the optimizer), no quantisation, no LoRA
-variants (DoRA, rsLoRA, biases).
+model serves every agent, and "all adapters off" IS the KL reference (the same weights, no second copy); adapters
+are saved and loaded in PEFT's file format. (2) Per-layer activation checkpointing, only while training with grad.
+(3) The objective as pure tensor functions: per-token log-probs of completions (never the full (B, T, V) float32
+logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Five
+torch.distributed helpers for data parallel under torchrun.
+What it is not: a trainer (train.py glues problems, sampling, rewards, the optimizer, and scales each rank's loss by
+its share of rows so summed gradients equal one process's); no quantisation, no LoRA variants (DoRA, rsLoRA, biases).
 
 One step (B = prompts x G rows; ids = left-padded prompt of P columns + completion):
     add_lora(model, "coder"); enable_checkpointing(model); opt = AdamW(lora_parameters(model, "coder"))
@@ -458,20 +457,18 @@ def _shared_prompt_hidden(body, ids, am, P, rows, n):
 def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, temperature=1.0):
     """log p(token) of every completion token given everything before it: (B, T) with T = L - completion_start.
 
-    input_ids (B, L) = left-padded prompts (P = completion_start columns) + right-padded completions;
-    attention_mask (B, L) is 1 on real tokens. Positions come from the mask (cumsum - 1, as HF generate), so left
-    padding does not shift a prompt; padding positions are not scored and hold 0. The log-probs are those of
-    softmax(logits / temperature): GRPO's policy, old and reference log-probs must use the sampling temperature (as
-    TRL and verl do), or tokens drawn at T != 1 bias the gradient.
-
-    Compute: all-padding columns are cut; rows with identical prompts (a GRPO group) run their prompt ONCE
-    (_shared_prompt_hidden: same numbers up to rounding; a planner group, G=8, ~250-token prompts, <=256-token plans,
-    runs ~40% fewer token-layers); models needing other mask formats (prepared_mask_ok) take the plain path.
-    Memory: the output layer + log-softmax run on at most `chunk` real completion tokens at a time. chunk=256: our
-    choice: on the 0.5B model (152k vocabulary) its float32 buffer is 156 MB whatever the batch, where full logits of
-    8 x 512 tokens are 2.5 GB per copy (chunks took a LoRA step over 8 x 512 tokens from 15.5 GB to 9.4 GB, same
-    gradient, DESIGN.md), and 256 rows keep the matmuls at full speed. Assumes logits = lm_head(hidden) (no
-    soft-capping; Qwen2/Llama have none) and a plain nn.Linear output layer.
+    input_ids (B, L) = left-padded prompts (P = completion_start columns) + right-padded completions; attention_mask
+    (B, L) is 1 on real tokens. Positions come from the mask (cumsum - 1, as HF generate), so left padding does not
+    shift a prompt; padding positions are not scored and hold 0. temperature: softmax(logits / T), the distribution
+    the sampler drew from; policy, old and reference log-probs must all use it (as TRL and verl do), or tokens drawn
+    at T != 1 bias the gradient.
+    Compute: all-padding columns are cut; rows with equal prompts (a GRPO group) run their prompt ONCE
+    (_shared_prompt_hidden; a planner group, G=8, ~250-token prompts, <=256-token plans, runs ~40% fewer
+    token-layers), except on models that need other mask formats (prepared_mask_ok). Memory: the output layer +
+    log-softmax see at most `chunk` real completion tokens at a time. chunk=256: our choice: on the 0.5B model (152k
+    vocabulary) its float32 buffer is 156 MB whatever the batch, where full logits of 8 x 512 tokens are 2.5 GB per
+    copy (chunking took a LoRA step over 8 x 512 tokens from 15.5 GB to 9.4 GB, same gradient, DESIGN.md), and 256
+    rows keep the matmuls at full speed. Assumes logits = lm_head(hidden): no soft-capping (Qwen2/Llama have none).
     """
     if not temperature > 0:
         raise ValueError(f"token_logprobs needs temperature > 0, got {temperature}")
@@ -607,8 +604,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
 # Under plain `python` (no WORLD_SIZE) every helper is the identity and no process group exists.
 
 def dist_setup():
-    """Join torchrun's process group (nccl on CUDA, gloo on CPU) when WORLD_SIZE > 1. Returns (rank, world,
-    local_rank); (0, 1, 0) under plain python. Each CUDA rank gets the device cuda:LOCAL_RANK."""
+    """(rank, world, local_rank), joining torchrun's process group (nccl on CUDA, rank on cuda:LOCAL_RANK; gloo on
+    CPU) when WORLD_SIZE > 1; (0, 1, 0) under plain python."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     if world <= 1:
         return 0, 1, 0
