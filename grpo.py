@@ -175,6 +175,26 @@ def lora_parameters(model, name):
     return [p for _, m in lora_modules(model) if name in m.lora_A for p in (m.lora_A[name], m.lora_B[name])]
 
 
+@torch.no_grad()
+def merge_adapter(model, name):
+    """Fold adapter `name` into the base weights (W += B A * scaling) and remove it; a wrapper left without adapters
+    is replaced by its base layer, so with none left `model.save_pretrained` writes a plain HF model. For export only
+    (never automatic, not on eval()): afterwards the base, i.e. every other adapter's reference, includes it."""
+    _known(model, name)
+    active = active_adapter(model)
+    for full, m in lora_modules(model):
+        if name not in m.lora_A:
+            continue
+        w = m.base_layer.weight  # (out, in)
+        w += (m.lora_B[name].float() @ m.lora_A[name].float() * m.scaling[name]).to(w.dtype)  # (out, r) @ (r, in)
+        for store in (m.lora_A, m.lora_B, m.lora_dropout, m.r, m.lora_alpha, m.scaling):
+            del store[name]
+        if not m.lora_A:
+            parent_name, _, child_name = full.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, child_name, m.base_layer)
+    _set_active(model, None if active == name else active)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # 2. Save / load in the PEFT format: adapter_config.json + adapter_model.safetensors, PEFT's key names
 

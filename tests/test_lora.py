@@ -1,9 +1,8 @@
 """Tests of grpo.py's hand-written LoRA and gradient checkpointing on the tiny random Qwen2 model.
 
-What it is: minLoRA's checklist (unchanged after adding, changed after B moves, off == base, on again, save/load;
-not merge: grpo.py exports adapters, never merged weights), trainability, checkpointing equivalence, named-adapter
-switching, PEFT-format round trips both ways, and clear errors on bad input. What it is not: a test of training
-quality. Everything runs on CPU in fp32.
+What it is: minLoRA's checklist (unchanged after adding, changed after B moves, off == base, on again, save/load,
+merge), trainability, checkpointing equivalence, named-adapter switching, PEFT-format round trips both ways, and
+clear errors on bad input. What it is not: a test of training quality. Everything runs on CPU in fp32.
 """
 import copy
 import json
@@ -84,6 +83,30 @@ def test_equal_after_save_load(model, ids, tiny_model_dir, tmp_path):
     fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     grpo.load_adapter(fresh, "coder", str(tmp_path / "coder"))
     assert torch.allclose(logits(fresh, ids), logits(model, ids), atol=ATOL)
+
+
+def test_equal_after_merge_and_plain_again(model, ids):
+    keys = set(model.state_dict())
+    grpo.add_lora(model, "coder", r=4, alpha=8)
+    randomize_B(model, "coder")
+    on = logits(model, ids)
+    grpo.merge_adapter(model, "coder")
+    assert torch.allclose(logits(model, ids), on, atol=ATOL)
+    # The last adapter merged: wrappers are gone, the model saves under HF's usual key names again.
+    assert not grpo.lora_modules(model) and set(model.state_dict()) == keys
+
+
+def test_merging_one_adapter_keeps_the_other(model, ids):
+    grpo.add_lora(model, "planner", r=4, alpha=8)
+    grpo.add_lora(model, "coder", r=4, alpha=8)
+    randomize_B(model, "planner")
+    randomize_B(model, "coder")
+    with grpo.use_adapter(model, "coder"):
+        coder_on = logits(model, ids)
+    grpo.merge_adapter(model, "planner")
+    assert grpo.adapter_names(model) == ["coder"] and grpo.active_adapter(model) is None
+    with grpo.use_adapter(model, "coder"):
+        assert not torch.allclose(logits(model, ids), coder_on, atol=ATOL)  # the base now includes the planner
 
 
 def test_eval_does_not_merge(model, ids):
