@@ -5,7 +5,7 @@ one property per test: a program whose top level does not complete (CPU or wall 
 any code) fails every test, including tests that never call it (`assert 1`); the summary under the
 verdict line never says "All tests passed" when the verdict is not "passed"; usage failures are one
 "error:" line on stderr with exit status 2; every flag has help text. A few tests check the same rule
-through SandboxPool directly, on the paths the CLI does not take (functional jobs, interactive asserts).
+through SandboxPool directly, on the paths the CLI does not take (functional jobs, setup arguments).
 What it is not: the sandbox's isolation or its attacks (test_sandbox_adversarial.py).
 """
 import os
@@ -101,11 +101,11 @@ def test_os_exit_0_in_the_top_level_fails_a_test_that_does_not_call_the_program(
     assert r.passed == 0 and r.tests[0].verdict == "error" and "ended before" in r.tests[0].error
 
 
-def test_interactive_asserts_fail_when_the_top_level_raises(pool):
-    # The loop makes the job interactive (one round trip per call); `assert 1` never asks for a value.
-    cases = ["assert 1", "for x in [1, 2]:\n    assert f(x) == x + 1"]
+def test_asserts_with_setup_arguments_fail_when_the_top_level_raises(pool):
+    # The setup-data argument travels with the request; `assert 1` never asks for a value.
+    cases = ["assert 1", "assert f(_corecode_x) == 2"]
     r = pool.run([sb.Job(program="def f(x):\n    return x + 1\nraise SystemExit(3)\n", kind="assert",
-                         cases=cases, fn_name="f")])[0]
+                         cases=cases, setup="_corecode_x = 1\n", fn_name="f")])[0]
     assert [t.verdict for t in r.tests] == ["error", "error"] and "SystemExit: 3" in r.tests[0].error
 
 
