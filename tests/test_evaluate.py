@@ -255,7 +255,7 @@ def test_bad_bench_option_is_one_error_line_naming_the_options(tiny_model_dir, m
     rc = evaluate.main(FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path),
                                "--bench-option", "challange=true"])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and "mbpp takes challenge, skip_malformed, time_factor" in err and len(err.splitlines()) == 1
+    assert rc == 2 and "mbpp takes challenge, time_factor" in err and len(err.splitlines()) == 1
 
 
 def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_path, monkeypatch):
