@@ -1,26 +1,28 @@
-"""Agents: load a Hugging Face causal LM, sample from it with a KV cache, and talk to it in chat format.
+"""Agents: load a causal LM, sample from it with a KV cache, and prompt it in the roles of the CoRe-Code team.
 
-What it is. The one place where text goes into a model and text comes out:
-  - `load_model`: a local HF model directory or a hub id -> (model, tokenizer), bf16 on CUDA, fp32 on CPU,
-    with one clear error line when the path is wrong.
-  - `sample`: a hand-written batched sampler on top of the model's own forward and a transformers
-    `DynamicCache`. Prompts are left-padded, each prompt is prefilled ONCE and its cache is copied to
-    its G group rows (row i*G+g = prompt i, sample g), then all B = n_prompts*G rows decode together
-    with a per-row stop (EOS, optional stop strings), temperature / top-k / top-p, and a seeded
-    torch.Generator. It returns the token ids and the completion mask that GRPO trains on.
-  - `chat_prompt`: the chat template with the assistant turn opened.
-  (Role prompts, code extraction and the multi-agent pipelines follow further down this file.)
+Sections, in reading order:
+  1. Loading: `load_model`, a local HF model directory or a hub id -> (model, tokenizer).
+  2. Sampling: `sample`, a hand-written batched sampler: each prompt is prefilled ONCE and its KV cache copied to
+     its G group rows (row i*G+g = prompt i, sample g); all rows decode together with a per-row stop, temperature /
+     top-k / top-p and seeded torch.Generators. It returns the token ids and the completion mask GRPO trains on.
+  3. Roles: `chat_prompt` and the prompt of each role (Planner, Coder, CoT, SCoT, repair; MapCoder's Retriever,
+     retrieval Planner, Debugger), rendered from module constants.
+  4. Extraction: completion -> plan (`clean_plan`), program (`extract_code`), retrieval, confidence.
+  5. Pipelines: `run_method` (direct, cot, scot, planner-coder, reflexion, mapcoder; one `sample` call per stage),
+     `problem_job` (Problem -> sandbox.Job), and `ROLES` (the roles as train.py's rollout sees them).
 
-What it is not. Not a serving engine: no continuous batching, no paged attention, no speculative
-decoding, no beam search. It never computes a loss and never needs gradients (sampling runs under
-torch.no_grad() inside `sample`, never as a decorator on a forward, so the same model stays trainable).
+What it is not: a serving engine (no continuous batching, paged attention, speculative decoding or beam search);
+no loss and no gradients (sampling runs under torch.no_grad() inside `sample`, never as a decorator on a forward,
+so the same model stays trainable); no scoring (evaluate.py runs the hidden tests; only Reflexion and MapCoder
+run programs while generating, and only on PUBLIC tests).
 
-References (read, not copied):
-  - gpt-fast (pytorch-labs): the prefill / decode_one_token / decode_n_tokens decomposition and the
-    "exponential race" draw (argmax p/q, q ~ Exp(1)) that samples a categorical without a host sync.
-  - HF transformers `GenerationMixin.generate`: left padding, position ids from the attention mask
-    (cumsum - 1), finished rows continue with the pad token; our greedy output is tested to equal it.
-  - nanoGPT `generate`: temperature, then top-k, then sample; the plainest statement of the loop.
+References (read, not copied): gpt-fast (the prefill / decode_one_token / decode_n_tokens split and the
+"exponential race" draw); HF `GenerationMixin.generate` (left padding, position ids = cumsum(mask) - 1, finished
+rows continue with pad; our greedy output is tested equal to it); nanoGPT `generate`; Structured CoT (Li et al.
+2023): I/O + sequence / branch / loop; Reflexion (Shinn et al. 2023): retry from verbal feedback on failing visible
+tests; MapCoder (Islam et al. 2024): retrieval, planning with confidence, coding, debugging on sample tests; MBPP's
+wording "Your code should pass these tests" (Austin et al. 2021). The CoRe-Code paper's prompts are not available:
+every prompt here is ours.
 """
 import ast
 import contextlib
@@ -29,7 +31,6 @@ import json
 import os
 import re
 import textwrap
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -37,18 +38,18 @@ import torch
 import grpo
 
 # ----------------------------------------------------------------------------------------------------
-# Loading
+# 1. Loading: a local HF model directory or a hub id -> (model, tokenizer) in eval mode, with one clear error
+#    line when the path is wrong. bf16 on CUDA and on CPUs that compute it natively, else fp32.
 
-# Accepted spellings of --dtype; "auto" means the device default chosen in `load_model`.
+# Accepted spellings of --dtype; "auto" means the device default chosen in `resolve_dtype`.
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
 }
 
-# A hub id is "name" or "org/name" made of word characters, dots and dashes. Anything else (a leading
-# "/", "./", "~", several slashes) is a local path, and a missing local path must fail at once rather
-# than send a doomed request to the hub (no internet here: that would hang on retries).
+# A hub id is "name" or "org/name" made of word characters, dots and dashes. Anything else (a leading "/", "./",
+# "~", several slashes) is a local path, and a missing local path fails at once rather than ask the hub.
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?$")
 
 # The model both scripts use when neither --model nor CORECODE_MODEL names one (the paper's smallest family
@@ -58,11 +59,6 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 _WHAT_TO_PASS = ("pass a local Hugging Face model directory (config.json + weights + tokenizer files, e.g. "
                  "the path printed by ../shared/models/get-model qwen2.5-coder-0.5b-instruct) "
                  "via --model DIR or CORECODE_MODEL=DIR, or a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct")
-
-
-def default_device():
-    """'cuda' when a GPU is visible, else 'cpu' (MPS is left out on purpose: untested here)."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def cpu_has_bf16():
@@ -94,68 +90,35 @@ def resolve_dtype(dtype, device):
     return DTYPES[dtype]
 
 
-def _check_local_model_dir(path):
-    """Fail with one line unless `path` looks like a loadable HF model directory."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model not found: {path!r} does not exist; {_WHAT_TO_PASS}")
-    if not os.path.isdir(path):
-        raise ValueError(f"model path {path!r} is a file, not a directory; {_WHAT_TO_PASS}")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ValueError(f"model directory {path!r} has no config.json; {_WHAT_TO_PASS}")
-
-
-def _hub_reachable(timeout_s=3.0):
-    """True when a TCP connection to the HF endpoint (HF_ENDPOINT or huggingface.co) opens within timeout_s."""
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
-        return True
-    except OSError:  # DNS failure, refused, unreachable, timeout: all mean "no hub from here"
-        return False
-
-
 def load_model(name_or_path, device=None, dtype=None):
     """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device`.
 
-    device: None -> `default_device()`. dtype: None/'auto' -> `resolve_dtype` (bf16 on CUDA and bf16-capable CPUs); or a name in
-    DTYPES / a torch.dtype. Errors are one line saying what to pass instead: FileNotFoundError for a
-    missing local path, ValueError for a directory that is not a model or fails to load.
+    device: None -> 'cuda' when a GPU is visible, else 'cpu' (MPS is left out on purpose: untested here).
+    dtype: see `resolve_dtype`. Errors are one line saying what to pass instead: FileNotFoundError for a missing
+    local path, ValueError for anything else that fails to load (a file, no config.json, broken weights, a hub id
+    that is neither cached nor reachable; HF_HUB_OFFLINE=1 skips the hub client's network retries).
     """
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    name_or_path = os.path.expanduser(str(name_or_path))
-    device = device or default_device()
-    dtype = resolve_dtype(dtype, device)
-    is_local = os.path.exists(name_or_path) or not _HUB_ID.match(name_or_path)
-    if is_local:
-        _check_local_model_dir(name_or_path)
-    # A hub id is tried from the local HF cache first (answers at once offline); only a cache miss goes
-    # to the network, and only after a 3-second probe says the hub answers at all: without a network the
-    # hub client would otherwise retry with back-off for about a minute. HF_HUB_OFFLINE=1 skips the network.
-    online = not is_local and os.environ.get("HF_HUB_OFFLINE") != "1"
-    tries = [True, False] if online else [True]
-    error = None
-    for local_only in tries:
-        if not local_only and not _hub_reachable():
-            raise ValueError(f"model {name_or_path!r} is not a local directory, not in the local HF cache, "
-                             f"and the hub is unreachable (offline?); {_WHAT_TO_PASS}") from error
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, local_files_only=local_only)
-            break
-        # What a corrupt or absent checkpoint raises in transformers / huggingface_hub (their errors subclass
-        # these) and safetensors (its own class); turn it into one line and keep the cause chained.
-        except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
-            error = e
-    else:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    path = os.path.expanduser(str(name_or_path))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    is_local = os.path.exists(path) or not _HUB_ID.match(path)
+    if is_local and not os.path.exists(path):
+        raise FileNotFoundError(f"model not found: {path!r} does not exist; {_WHAT_TO_PASS}")
+    if is_local and not os.path.isdir(path):
+        raise ValueError(f"model path {path!r} is a file, not a directory; {_WHAT_TO_PASS}")
+    if is_local and not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValueError(f"model directory {path!r} has no config.json; {_WHAT_TO_PASS}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
+    # What a corrupt or absent checkpoint raises in transformers / huggingface_hub (their errors subclass these)
+    # and safetensors (its own class); turn it into one line and keep the cause chained.
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         where = "directory" if is_local else "hub id (offline? not in the local HF cache)"
-        raise ValueError(f"could not load model {where} {name_or_path!r}: {first_line}; {_WHAT_TO_PASS}") from error
+        raise ValueError(f"could not load model {where} {path!r}: {first_line}; {_WHAT_TO_PASS}") from e
     # Some tokenizers ship without a pad token. Reusing EOS is safe here because `sample` derives the
     # completion mask from its own "finished" state, never by comparing tokens with the pad id.
     if tokenizer.pad_token_id is None:
@@ -166,20 +129,9 @@ def load_model(name_or_path, device=None, dtype=None):
     return model, tokenizer
 
 
-def chat_prompt(tokenizer, system, user):
-    """The chat template applied to [system, user] with the assistant turn opened, as a string.
-
-    our choice: an empty `system` is left out (the template then uses its own default, e.g. Qwen's)
-    because some templates reject an empty system message.
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("this tokenizer has no chat template; use an instruct/chat model directory")
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-
 # ----------------------------------------------------------------------------------------------------
-# Sampling: token choice (pure functions)
+# 2. Sampling. Token choice is a pure function of the logits (`filter_logits`, `sample_token`); the model side
+#    follows gpt-fast: prefill once per prompt, expand the cache to the group, decode n tokens one at a time.
 
 def filter_logits(logits, top_k=0, top_p=1.0):
     """Keep the top-k and then the top-p nucleus of each row; everything else becomes -inf. (B, V) -> (B, V).
@@ -223,9 +175,6 @@ def sample_token(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
     return (probs / q).argmax(dim=-1)
 
 
-# ----------------------------------------------------------------------------------------------------
-# Sampling: the model side (prefill once, expand to the group, decode with the cache)
-
 @dataclass
 class Samples:
     """What `sample` returns. B = n_prompts * G; row i*G+g is sample g of prompt i. T = decode steps run."""
@@ -236,54 +185,44 @@ class Samples:
     texts: list = field(default_factory=list)  # B decoded completions (no EOS; stop string cut unless keep_stop)
 
 
-@dataclass
-class _ForwardArgs:
-    """Which keyword names this model's forward uses (they changed across transformers versions)."""
-    cache: str           # "cache" (transformers >= 5.x) or "past_key_values"
-    logits_to_keep: str  # "logits_to_keep", "num_logits_to_keep", or "" when unsupported
-
-
-def _forward_args(model):
+def _forward_kwargs(model, cache):
+    """The cache keywords of this model's forward (transformers 5.0 names the cache past_key_values, later 5.x cache)."""
     params = inspect.signature(model.forward).parameters
-    keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), "")
-    return _ForwardArgs(cache="cache" if "cache" in params else "past_key_values", logits_to_keep=keep)
-
-
-def _last_logits(model, fa, input_ids, attention_mask, position_ids, cache):
-    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V)."""
-    kwargs = {fa.cache: cache, "use_cache": True}
-    if fa.logits_to_keep:
+    kwargs = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
+    if "logits_to_keep" in params:
         # Only the last position goes through the output layer: with a 152k vocabulary the full
         # (B, S, V) prefill logits would be the largest tensor of the whole rollout.
-        kwargs[fa.logits_to_keep] = 1
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
+        kwargs["logits_to_keep"] = 1
+    return kwargs
+
+
+def _last_logits(model, fwd, input_ids, attention_mask, position_ids):
+    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V)."""
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **fwd)
     return out.logits[:, -1, :].float()  # (B, V)
 
 
-def prefill(model, fa, prompt_ids, prompt_mask, cache):
-    """Run the n distinct prompts once, filling `cache`. (n, P) -> next-token logits (n, V)."""
+def prefill(model, fwd, prompt_ids, prompt_mask):
+    """Run the n distinct prompts once, filling the cache in `fwd`. (n, P) -> next-token logits (n, V)."""
     # Position of each real token = how many real tokens precede it; pads get 0 (masked anyway).
     position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # (n, P)
-    return _last_logits(model, fa, prompt_ids, prompt_mask, position_ids, cache)
+    return _last_logits(model, fwd, prompt_ids, prompt_mask, position_ids)
 
 
-def decode_one_token(model, fa, token, attention_mask, position_ids, cache):
+def decode_one_token(model, fwd, token, attention_mask, position_ids):
     """Feed one token per row. token (B,), attention_mask (B, P+t+1), position_ids (B,) -> logits (B, V)."""
-    return _last_logits(model, fa, token[:, None], attention_mask, position_ids[:, None], cache)
+    return _last_logits(model, fwd, token[:, None], attention_mask, position_ids[:, None])
 
 
-def decode_n_tokens(model, fa, tokenizer, logits, full_mask, positions, cache, n_prompt, max_new_tokens,
+def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_prompt, max_new_tokens,
                     eos_ids, pad_id, stop, temperature, top_k, top_p, generator, progress=None):
     """The decode loop. From the first logits (B, V) run up to max_new_tokens steps; return (ids, mask), (B, T).
 
-    full_mask is the prompt mask followed by ones, (B, P + max_new_tokens) or its 4D form (see `_decode_mask`),
-    or None when nothing is padded: step t attends to its first P + t + 1 columns, a view, so nothing is
-    concatenated per step.
-    HF generate also keeps attending to the pad tokens a finished row keeps receiving; those rows'
-    outputs are thrown away, so that costs compute but never correctness.
+    full_mask: the prompt mask followed by ones (see `_decode_mask`), or None when nothing is padded; step t
+    attends to its first P + t + 1 columns, a view, so nothing is concatenated per step. Like HF generate,
+    finished rows keep receiving pad tokens (their outputs are thrown away: compute, never correctness).
     """
-    B = logits.shape[0]
-    device = logits.device
+    B, device = logits.shape[0], logits.device
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)  # (B, N)
     finished = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
@@ -309,7 +248,7 @@ def decode_n_tokens(model, fa, tokenizer, logits, full_mask, positions, cache, n
         if progress is not None and (t + 1) % 16 == 0:
             progress(t + 1, max_new_tokens)
         step_mask = None if full_mask is None else full_mask[..., : n_prompt + t + 1]  # (B, P+t+1) or (B,1,1,P+t+1)
-        logits = decode_one_token(model, fa, token, step_mask, positions, cache)  # (B, V)
+        logits = decode_one_token(model, fwd, token, step_mask, positions)  # (B, V)
         positions = positions + 1
     return ids[:, :T], mask[:, :T]
 
@@ -343,7 +282,7 @@ def _hit_stop(tokenizer, ids, finished, t, window, stop):
     return hit
 
 
-@contextmanager
+@contextlib.contextmanager
 def _eval_mode(model):
     """Dropout off while sampling (rollouts come from the policy itself), then every module's mode restored."""
     modes = [(m, m.training) for m in model.modules()]
@@ -365,24 +304,7 @@ def stop_token_ids(model, tokenizer):
     return sorted(ids)
 
 
-def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
-           stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, add_special_tokens=False,
-           progress=None):
-    """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
-
-    prompts: non-empty list of non-empty strings (already chat-formatted, see `chat_prompt`).
-    temperature: 0 means greedy (top_k / top_p are then irrelevant). top_k=0 / top_p=1 switch those off.
-    stop: optional list of strings; a row stops after the token that completes one of them.
-    generator / seed: the torch.Generator for the draws (on the model's device), or a list of one per prompt
-        (each prompt's samples then depend on its generator only), or a seed to make one; with neither, a
-        seed is drawn from torch's global RNG, so torch.manual_seed still reproduces runs.
-    eos_token_ids: ids that end a row; None = `stop_token_ids(model, tokenizer)`, () = never stop on EOS.
-    keep_stop: our choice: False (texts are cut before the stop string) because callers extract code or
-        plans from the text; the token ids and mask still include the tokens that spelled the stop string.
-    add_special_tokens: our choice: False because prompts come from the chat template, which already
-        writes every special token the model expects (a tokenizer adding BOS again would double it).
-    progress: optional callable(tokens_so_far, max_new_tokens), called every 16 decode steps (a progress bar).
-    """
+def _check_sample_args(prompts, group_size, max_new_tokens, temperature, top_p, top_k, generator):
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
         raise ValueError("sample() needs a non-empty list of prompt strings")
     if not all(isinstance(p, str) and p for p in prompts):
@@ -393,38 +315,50 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
         raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
-    if isinstance(stop, str):
-        stop = [stop]
-    stop = [s for s in (stop or []) if s]
     if isinstance(generator, (list, tuple)) and len(generator) != len(prompts):
         raise ValueError(f"{len(generator)} generators for {len(prompts)} prompts: give one per prompt")
 
+
+def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
+           stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, add_special_tokens=False,
+           progress=None):
+    """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
+
+    prompts: non-empty strings, already chat-formatted (`chat_prompt`). temperature 0 is greedy; top_k=0 and
+    top_p=1 switch those filters off. stop: strings; a row stops after the token that completes one.
+    generator / seed: the torch.Generator for the draws (on the model's device), or a list of one per prompt
+    (each prompt's samples then depend on its generator only), or a seed to make one; with neither, a seed is
+    drawn from torch's global RNG, so torch.manual_seed still reproduces runs.
+    eos_token_ids: ids that end a row; None = `stop_token_ids(model, tokenizer)`, () = never stop on EOS.
+    keep_stop: our choice: False (texts are cut before the stop string) because callers extract code or
+        plans from the text; the token ids and mask still include the tokens that spelled the stop string.
+    add_special_tokens: our choice: False because prompts come from the chat template, which already
+        writes every special token the model expects (a tokenizer adding BOS again would double it).
+    progress: optional callable(tokens_so_far, max_new_tokens), called every 16 decode steps (a progress bar).
+    """
+    _check_sample_args(prompts, group_size, max_new_tokens, temperature, top_p, top_k, generator)
+    stop = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
     device = next(model.parameters()).device
     G = group_size
     if temperature > 0 and generator is None:
-        if seed is None:
-            seed = int(torch.randint(2**62, ()).item())
+        seed = int(torch.randint(2**62, ()).item()) if seed is None else seed
         generator = torch.Generator(device=device).manual_seed(seed)
     eos = stop_token_ids(model, tokenizer) if eos_token_ids is None else list(eos_token_ids)
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device)  # (E,)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-
     enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt",
                     add_special_tokens=add_special_tokens)
     prompt_ids = enc["input_ids"].to(device)  # (n, P)
     prompt_mask = enc["attention_mask"].to(device)  # (n, P)
-    n, P = prompt_ids.shape
-    fa = _forward_args(model)
+    P = prompt_ids.shape[1]
 
     from transformers import DynamicCache
 
     with torch.no_grad(), _eval_mode(model):
-        try:
-            cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
-        except TypeError:
-            cache = DynamicCache()  # transformers < 4.56 takes no config
+        cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
+        fwd = _forward_kwargs(model, cache)
         # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
-        logits = prefill(model, fa, prompt_ids, prompt_mask, cache)  # (n, V)
+        logits = prefill(model, fwd, prompt_ids, prompt_mask)  # (n, V)
         # 2) copy the cache and the logits to the G rows of each group (row i*G+g). The first token is then
         #    drawn from the (B, V) logits with an independent draw per row, not drawn once and broadcast,
         #    which would make every group start identically and shrink its reward variance.
@@ -433,15 +367,13 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
             logits = logits.repeat_interleave(G, dim=0)  # (B, V)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (B, P)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)  # (B, P)
-        B = n * G
         # Like HF generate: without any padding the mask is dropped, so attention can use its causal fast path.
         full_mask = None if bool(prompt_mask.all()) else _decode_mask(model, prompt_mask, max_new_tokens)
         positions = prompt_mask.sum(-1)  # (B,) position of the first generated token
         # 3) decode
-        ids, mask = decode_n_tokens(model, fa, tokenizer, logits, full_mask, positions, cache, P, max_new_tokens,
+        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, P, max_new_tokens,
                                     eos_ids, pad_id, stop, temperature, top_k, top_p, generator, progress)
-        del cache  # the KV cache is the largest rollout tensor; free it before the caller trains
-
+        del cache, fwd  # the KV cache is the largest rollout tensor; free it before the caller trains
     texts = _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop)
     return Samples(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=ids, completion_mask=mask,
                    texts=texts)
@@ -453,44 +385,32 @@ def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop):
     last = ids.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]  # (B,) last generated token
     ends_with_eos = torch.isin(last, eos_ids) & (lengths > 0)  # (B,)
     keep = (lengths - ends_with_eos.long()).tolist()  # one host sync for the whole batch
-    rows = ids.tolist()
-    texts = tokenizer.batch_decode([row[:k] for row, k in zip(rows, keep)])
+    texts = tokenizer.batch_decode([row[:k] for row, k in zip(ids.tolist(), keep)])
     if stop and not keep_stop:
-        cut = []
-        for text in texts:
-            hits = [i for i in (text.find(s) for s in stop) if i >= 0]
-            cut.append(text[: min(hits)] if hits else text)
-        texts = cut
+        cuts = [[i for i in (text.find(s) for s in stop) if i >= 0] for text in texts]
+        texts = [text[: min(hits)] if hits else text for text, hits in zip(texts, cuts)]
     return texts
 
 
-# ---------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
+# 3. Roles: one system message and one user template per role (module constants), rendered by the role's
+#    prompt function through the tokenizer's chat template. Each returns the full prompt string.
 
-# ===================================================================================================
-# Roles: prompts, plan post-processing, code extraction, multi-agent pipelines
-#
-# What this section is: the text side of the agents. Prompt templates are module constants (a system
-# message and a user template per role), applied through the tokenizer's chat template by
-# `chat_prompt`. `extract_code` turns a raw completion into a program; `clean_plan` turns a raw
-# Planner completion into an Algorithmic Thought. `run_method` runs one inference method (direct, CoT,
-# SCoT, Planner->Coder, Reflexion-style repair, MapCoder) over a batch of problems, one `sample` call
-# per stage.
-# What it is not: training (train.py builds its rollouts from the same prompt functions and `sample`),
-# scoring (evaluate.py runs the hidden tests), or execution (Reflexion and MapCoder alone call the
-# sandbox, and only on PUBLIC tests).
-# References: Structured CoT (Li et al. 2023, "Structured Chain-of-Thought Prompting for Code
-# Generation"): I/O structure + sequence / branch / loop; Reflexion (Shinn et al. 2023): retry from
-# verbal feedback on failing visible tests; MapCoder (Islam et al. 2024): retrieval, planning with
-# confidence, coding, debugging on sample tests; MBPP prompt wording (Austin et al. 2021): "Your code should
-# pass these tests". The CoRe-Code paper's own prompts are not available: every prompt below is ours.
-# ===================================================================================================
+def chat_prompt(tokenizer, system, user):
+    """The chat template applied to [system, user] with the assistant turn opened, as a string.
 
-# ---- prompt templates ------------------------------------------------------------------------------
-# Design notes (measured on the untrained 0.5B, see DESIGN.md): plans ran to the token cap, a quarter
-# contained code, and plans with code did worse. So the Planner prompt is short and firm, shows the
-# exact format once as a skeleton, says "no code" twice, and says where to stop; the answer is also
-# pre-filled with the first label (PLAN_PREFIX) so the format is started for the model.
+    our choice: an empty `system` is left out (the template then uses its own default, e.g. Qwen's)
+    because some templates reject an empty system message.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this tokenizer has no chat template; use an instruct/chat model directory")
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+
+# The untrained 0.5B's plans ran to the token cap, a quarter contained code, and those did worse (DESIGN.md). So
+# the Planner prompt is short and firm, shows the format once as a skeleton, says "no code" twice and where to
+# stop, and the answer is pre-filled with the first label (PLAN_PREFIX).
 PLANNER_SYSTEM = (
     "You are the Planner in a two-agent team. You never write code: a Coder writes the program from your plan.\n"
     "For the given problem, write an Algorithmic Thought: four short labelled parts, in this order:\n"
@@ -502,13 +422,9 @@ PLANNER_SYSTEM = (
     "At most 100 words. Stop right after the Loops part."
 )
 
-# The format, shown once as a skeleton. our choice: placeholders, not a worked toy problem, because
-# the untrained 0.5B copied the toy example's content into real plans ("a number is even when ..."
-# landed in the plan of a plain sum problem, and the Coder then summed only even numbers).
-# The placeholders get copied too (after the pre-filled label: 7 of 50 test plans, none passed). Not adopted:
-# no skeleton, only the four labels named in the request. Greedy 0.5B, bf16: planner-coder on validation
-# 511-560 16% -> 36% pass@1, but on test 11-110 30% -> 30% (11-60: 26% -> 24%), and mapcoder on test 11-60
-# (its Planner shares this format) 34% -> 26%. Mixed at these sizes; a decision needs the full splits.
+# our choice: placeholders, not a worked toy problem, because the 0.5B copied the toy's content into real plans.
+# Placeholders get copied too (7 of 50 plans); dropping the skeleton was mixed (planner-coder validation 16% -> 36%,
+# test 30% -> 30%; mapcoder test 34% -> 26%; greedy 0.5B), so it stays until measured on the full splits.
 PLANNER_FORMAT = (
     "Input/Output: <the inputs, in order, with names and types>; <the exact output>.\n"
     "Steps: 1. <first step>. 2. <next step>. 3. <...>\n"
@@ -588,9 +504,6 @@ REPAIR_PROMPT = (
 NO_CODE_FEEDBACK = "Your previous answer contained no Python code."
 
 
-# ---- rendering a problem ---------------------------------------------------------------------------
-
-
 def _clip(s, limit):
     """Cut long example text (stdin can be megabytes) so prompts stay bounded."""
     s = str(s)
@@ -645,7 +558,10 @@ def code_format(problem):
     return CODE_FORMAT[problem.kind].format(entry=entry)
 
 
-# ---- one prompt function per role (each returns the full chat-formatted prompt string) ------------
+def _coder_answer(template, tokenizer, problem, **fields):
+    """The Coder's system message + `template` filled with the problem, its answer format and `fields`."""
+    user = template.format(problem=problem_text(problem), format=code_format(problem), **fields)
+    return chat_prompt(tokenizer, CODER_SYSTEM, user)
 
 
 def planner_prompt(tokenizer, problem):
@@ -656,35 +572,215 @@ def planner_prompt(tokenizer, problem):
 
 def coder_prompt(tokenizer, problem, plan):
     """Coder: problem + plan -> one fenced program."""
-    user = CODER_PROMPT.format(problem=problem_text(problem), plan=plan.strip() or "(no plan)", format=code_format(problem))
-    return chat_prompt(tokenizer, CODER_SYSTEM, user)
+    return _coder_answer(CODER_PROMPT, tokenizer, problem, plan=plan.strip() or "(no plan)")
 
 
 def direct_prompt(tokenizer, problem):
     """Coder alone (no plan): the baseline that Collaboration Gain compares against."""
-    return chat_prompt(tokenizer, CODER_SYSTEM, DIRECT_PROMPT.format(problem=problem_text(problem), format=code_format(problem)))
+    return _coder_answer(DIRECT_PROMPT, tokenizer, problem)
 
 
 def cot_prompt(tokenizer, problem):
     """Chain of thought: free-form reasoning, then code, in one answer."""
-    return chat_prompt(tokenizer, CODER_SYSTEM, COT_PROMPT.format(problem=problem_text(problem), format=code_format(problem)))
+    return _coder_answer(COT_PROMPT, tokenizer, problem)
 
 
 def scot_prompt(tokenizer, problem):
     """Structured chain of thought: I/O + sequence / branch / loop, then code, in one answer."""
-    return chat_prompt(tokenizer, CODER_SYSTEM, SCOT_PROMPT.format(problem=problem_text(problem), format=code_format(problem)))
+    return _coder_answer(SCOT_PROMPT, tokenizer, problem)
 
 
 def repair_prompt(tokenizer, problem, code, feedback):
     """Reflexion-style repair: the previous program + feedback from a failing PUBLIC test -> new program."""
-    user = REPAIR_PROMPT.format(
-        problem=problem_text(problem), code=code.rstrip() or "# (no code)", feedback=feedback.strip(),
-        format=code_format(problem),
-    )
-    return chat_prompt(tokenizer, CODER_SYSTEM, user)
+    return _coder_answer(REPAIR_PROMPT, tokenizer, problem, code=code.rstrip() or "# (no code)",
+                         feedback=feedback.strip())
 
 
-# ---- plan post-processing --------------------------------------------------------------------------
+# MapCoder's agents (Islam et al. 2024): a Retriever recalls k similar problems with plans and names the algorithm;
+# the Planner writes one plan per exemplar and rates its confidence; the Coder codes the most confident plan; a
+# Debugger repairs it from the failing SAMPLE test, up to t rounds, then the next plan is tried. Our prompts use the
+# Planner's labelled-text style (small models follow "Label: ..." lines better than XML). our choice: k = 3 and
+# t = 5, MapCoder's defaults.
+MAPCODER_K = 3
+MAPCODER_T = 5
+
+RETRIEVER_SYSTEM = (
+    "You are the Retrieval agent in a team that solves programming problems. You do not solve the given problem: "
+    "you recall similar problems you know and the algorithm behind them, so that a Planner can learn from them.\n"
+    "Rules: plain English only, short sentences. Keep exactly the labels you are given, in their order."
+)
+
+RETRIEVER_PROMPT = (
+    "{problem}\n\n"
+    "Name the algorithm that solves this problem, explain it briefly, then recall {k} different problems that "
+    "are solved with the same idea, each with the plan that solves it. Answer in exactly this format, "
+    "replacing each <...>:\n"
+    "{format}\n\n"
+    "{code_rule} Stop after Plan {k}."
+)
+
+# The answer starts with this text (part of the prompt, like PLAN_PREFIX for the Planner).
+RETRIEVAL_PREFIX = "Algorithm:"
+
+
+def retriever_stop(k=MAPCODER_K):
+    """Stop strings of the Retrieval agent: the label of exemplar k+1 (the untrained 0.5B kept recalling until the
+    token cap; `parse_retrieval` also keeps only k)."""
+    return [f"\nSimilar problem {k + 1}", f"\nExample {k + 1}"]
+
+
+def retrieval_format(k, exemplar_code=False):
+    """The skeleton of a retrieval answer for k exemplars (shown once in the prompt)."""
+    lines = ["Algorithm: <the name of the algorithm or technique>",
+             "Tutorial: <two to four sentences: how the algorithm works and when to use it>"]
+    for i in range(1, k + 1):
+        lines.append(f"Similar problem {i}: <another problem solved with the same idea, in one sentence>")
+        lines.append(f"Plan {i}: <the numbered steps that solve it>")
+        if exemplar_code:
+            lines.append(f"Code {i}:\n```python\n<a short Python solution>\n```")
+    return "\n".join(lines)
+
+
+def retriever_prompt(tokenizer, problem, k=MAPCODER_K, exemplar_code=False):
+    """Retrieval agent: problem -> algorithm, tutorial and k similar problems with plans (pre-filled RETRIEVAL_PREFIX).
+
+    exemplar_code: our choice False (exemplars are problem + plan, no code) because the Planner only reads
+    the exemplars' problems and plans (as in MapCoder's planning prompt) and code would triple the length of
+    the retrieval; `parse_retrieval` still reads "Code i:" blocks when a model writes them.
+    """
+    rule = ("Give each example's code in a ```python block." if exemplar_code else
+            "No code at all: the plans are in words.")
+    user = RETRIEVER_PROMPT.format(problem=problem_text(problem), k=k, format=retrieval_format(k, exemplar_code),
+                                   code_rule=rule)
+    return chat_prompt(tokenizer, RETRIEVER_SYSTEM, user) + RETRIEVAL_PREFIX
+
+
+def retrieval_text(retrieval, exemplar=None, max_field_chars=600):
+    """Render a parsed retrieval for the Planner: the exemplars (all, or only index `exemplar`) and the algorithm.
+
+    our choice: each field clipped to `max_field_chars` so a rambling retrieval cannot crowd out the problem.
+    """
+    exemplars = retrieval.get("exemplars") or []
+    if exemplar is not None:
+        exemplars = exemplars[exemplar:exemplar + 1]
+    parts = [f"Similar problem {i}: {_clip(ex.get('problem') or '(not given)', max_field_chars)}\n"
+             f"Its plan: {_clip(ex.get('plan') or '(not given)', max_field_chars)}" for i, ex in enumerate(exemplars, 1)]
+    algorithm, tutorial = retrieval.get("algorithm", ""), retrieval.get("tutorial", "")
+    if algorithm or tutorial:
+        parts.append(f"Relevant algorithm: {_clip(algorithm or '(not named)', 200)}"
+                     + (f"\n{_clip(tutorial, max_field_chars)}" if tutorial else ""))
+    return "\n\n".join(parts) or "(nothing recalled)"
+
+
+# The Planner with a retrieval writes the same Algorithmic Thought (so a trained Planner adapter keeps its
+# format) and then rates its confidence, which orders the plans (MapCoder's confidence generation, folded into
+# the planning answer: our choice, one call instead of two per plan).
+RETRIEVAL_PLANNER_SYSTEM = PLANNER_SYSTEM.replace(
+    "Stop right after the Loops part.",
+    "After the Loops part write one line 'Confidence: N', N from 0 to 100: how sure you are that the plan "
+    "solves the problem. Stop right after it.")
+
+RETRIEVAL_PLANNER_PROMPT = (
+    "{problem}\n\n"
+    "A teammate recalled this (it may be imperfect: use what helps):\n{retrieval}\n\n"
+    "Write the Algorithmic Thought for this problem in exactly this format, replacing each <...>:\n"
+    "{format}\n"
+    "Confidence: <0 to 100>\n\n"
+    "No code. Stop after the Confidence line."
+)
+
+
+def retrieval_planner_prompt(tokenizer, problem, retrieval, exemplar=None):
+    """Planner given a retrieval (MapCoder planning): problem + recalled exemplars/algorithm -> plan + confidence.
+
+    exemplar: None shows every recalled exemplar (train.py's retriever stage: one plan per retrieval, so all of
+    the retrieval counts for its reward); an index shows only that exemplar (the pipeline: one plan per exemplar).
+    """
+    user = RETRIEVAL_PLANNER_PROMPT.format(problem=problem_text(problem), retrieval=retrieval_text(retrieval, exemplar),
+                                           format=PLANNER_FORMAT)
+    return chat_prompt(tokenizer, RETRIEVAL_PLANNER_SYSTEM, user) + PLAN_PREFIX
+
+
+DEBUGGER_SYSTEM = (
+    "You are the Debugging agent in a team that solves programming problems. A teammate's program fails a "
+    "sample test; you find the mistake and write the corrected program."
+)
+
+DEBUGGER_PROMPT = (
+    "{problem}\n\n"
+    "{plan_part}"
+    "A teammate wrote this program:\n```python\n{code}\n```\n"
+    "It fails a sample test:\n{feedback}\n\n"
+    "First write 'Corrected plan:' and a few numbered steps in plain English that fix the mistake, then the "
+    "corrected complete code. {format}"
+)
+
+
+def debugger_prompt(tokenizer, problem, code, feedback, plan=""):
+    """Debugging agent: problem (+ the plan followed) + failing program + feedback from a PUBLIC test -> program."""
+    plan_part = f"The plan it followed:\n{plan.strip()}\n\n" if plan and plan.strip() else ""
+    user = DEBUGGER_PROMPT.format(problem=problem_text(problem), plan_part=plan_part,
+                                  code=code.rstrip() or "# (no code)", feedback=feedback.strip() or "(no details)",
+                                  format=code_format(problem))
+    return chat_prompt(tokenizer, DEBUGGER_SYSTEM, user)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. Extraction: a raw completion -> what the next role or the sandbox needs. One fence scanner (`_segments`)
+#    serves plans, programs and retrievals. None of these raise: a malformed answer gives an empty field.
+
+# A fence line: ``` or ~~~ (3+), an optional language tag, an info string (e.g. ```python:sol.py).
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+#.-]*)(.*)$")
+# Tags treated as Python; an untagged block counts only if it looks like Python.
+_PY_LANGS = {"", "python", "py", "python3", "py3", "python2"}
+# Lines that only Python code starts with (used to tell code from prose in unfenced / untagged text).
+_PY_LINE = re.compile(
+    r"^\s*(def\s+\w+\s*\(|class\s+\w+|import\s+\w|from\s+[\w.]+\s+import\s|@\w|if\s+__name__\s*==|"
+    r"(for\s+.+\s+in|while|if|with)\s+.+:\s*$|try:\s*$|return\b|print\(|[\w.\[\], ]+\s*[-+*/]?=\s*\S)"
+)
+
+
+def _segments(text):
+    """Split text into prose lines (str) and fenced blocks (lang, body lines, closed), in order.
+
+    Tolerates indented fences, an info string after the tag (```python title="x.py"), ``` glued to the last code
+    line, and an unterminated last block (the model hit the token cap).
+    """
+    lines = text.split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            out.append(lines[i])
+            i += 1
+            continue
+        body, closed, i = [], False, i + 1
+        while i < len(lines) and not closed:
+            line = lines[i]
+            if _FENCE.match(line):
+                closed = True
+            elif line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
+                body.append(line.rstrip()[:-3])
+                closed = True
+            else:
+                body.append(line)
+            i += 1
+        out.append((m.group(2).lower(), body, closed))
+    return out
+
+
+def _parses(code):
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+        return False
+    return True
+
+
+def _looks_like_python(code):
+    """At least one line that only code would start with, and the whole of it parses."""
+    return bool(code.strip()) and any(_PY_LINE.match(l) for l in code.split("\n")) and _parses(code)
+
 
 # A line that starts a Python definition / import (code that leaked into a plan without a fence).
 _CODE_START = re.compile(r"^\s*(def\s+\w+\s*\(|class\s+\w+\s*[(:]|import\s+\w|from\s+[\w.]+\s+import\s)")
@@ -702,47 +798,34 @@ def clean_plan(text, prefix=PLAN_PREFIX):
     Steps: (1) put back the pre-filled `prefix`; (2) cut at the first Python code block or code-looking
     definition line (a fence whose body is prose, e.g. the whole plan wrapped in ```text, is unwrapped
     instead); (3) cut at the end of the Loops part: its first blank line, heading, "Here is the code"
-    line or new "Label:" line (the 0.5B sometimes adds a "Rules:" part). our choice: cut, never rewrite, because plans with code did worse and the Coder must see
-    what the Planner wrote, not our edit of it.
+    line or new "Label:" line (the 0.5B sometimes adds a "Rules:" part). our choice: cut, never rewrite,
+    because plans with code did worse and the Coder must see what the Planner wrote, not our edit of it.
     """
     text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
     out = []
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        m = _FENCE.match(line)
-        if m:
-            body = []
-            j = i + 1
-            while j < len(lines) and not _FENCE.match(lines[j]):
-                body.append(lines[j])
-                j += 1
-            lang = m.group(2).lower()
-            if lang in _PY_LANGS and (lang or _looks_like_python("\n".join(body))):
-                break  # real code: the plan ends here
-            out.extend(body)  # a prose block: keep its text, drop the fence lines
-            i = j + 1
+    for seg in _segments(text):
+        if isinstance(seg, str):
+            if _CODE_START.match(seg):
+                break
+            out.append(seg)
             continue
-        if _CODE_START.match(line):
-            break
-        out.append(line)
-        i += 1
+        lang, body, _ = seg
+        if lang in _PY_LANGS and (lang or _looks_like_python("\n".join(body))):
+            break  # real code: the plan ends here
+        out.extend(body)  # a prose block: keep its text, drop the fence lines
     plan = "\n".join(out)
-    # Cut after the Loops part: from its label, the part ends at a blank line or a non-plan line.
-    m = None
-    for m in _LOOPS_LABEL.finditer(plan):
-        pass  # the last Loops label (an early "Loops" word inside Steps should not end the plan)
-    if m is not None:
-        head, tail = plan[: m.start()], plan[m.start():].split("\n")
+    # Cut after the last Loops label (an early "Loops" word inside Steps should not end the plan): the part
+    # ends at a blank line or a non-plan line.
+    labels = list(_LOOPS_LABEL.finditer(plan))
+    if labels:
+        head, tail = plan[: labels[-1].start()], plan[labels[-1].start():].split("\n")
         keep = [tail[0]]
         for line in tail[1:]:
             if not line.strip() or _AFTER_PLAN.match(line):
                 break
             keep.append(line)
         plan = head + "\n".join(keep)
-    plan = re.sub(r"\n{3,}", "\n\n", plan)
-    return plan.strip()
+    return re.sub(r"\n{3,}", "\n\n", plan).strip()
 
 
 def plan_sections(plan):
@@ -777,11 +860,9 @@ def plan_format_ok(plan, min_steps=2):
     """A well-formed Algorithmic Thought: all four labelled parts (PLAN_SECTIONS), each with words in it, at least
     `min_steps` numbered steps of three or more words, and no copied placeholder.
 
-    our choice of what "format" means for the Planner stage's format gate (rewards.format_gated). The untrained
-    0.5B copied placeholders and ran past the token cap (losing its later parts). A first run gated only labels
-    and placeholders, and the Planner learned to keep the labels and drop the content ("Steps: 1. 2. 3. 4.",
-    "Conditions: None"), which lets the Coder code alone: so every part must say something, and Steps must hold
-    real steps. min_steps=2: one-step problems are rare in MBPP, and a plan is a sequence.
+    our choice of what "format" means for the Planner stage's format gate (rewards.format_gated): a gate on labels
+    and placeholders alone taught the Planner empty parts ("Steps: 1. 2. 3. 4.", "Conditions: None"), which lets
+    the Coder code alone. min_steps=2: one-step problems are rare in MBPP, and a plan is a sequence.
     """
     parts = plan_parts(plan)
     if len(parts) != len(PLAN_SECTIONS) or plan_placeholders(plan):
@@ -789,65 +870,6 @@ def plan_format_ok(plan, min_steps=2):
     if not all(_WORD.search(text) for text in parts.values()):
         return False
     return len(_STEP.findall(parts["steps"])) >= min_steps
-
-
-# ---- code extraction -------------------------------------------------------------------------------
-
-# A fence line: ``` or ~~~ (3+), an optional language tag, an info string (e.g. ```python:sol.py).
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+#.-]*)(.*)$")
-# Tags treated as Python; an untagged block counts only if it looks like Python.
-_PY_LANGS = {"", "python", "py", "python3", "py3", "python2"}
-# Lines that only Python code starts with (used to tell code from prose in unfenced / untagged text).
-_PY_LINE = re.compile(
-    r"^\s*(def\s+\w+\s*\(|class\s+\w+|import\s+\w|from\s+[\w.]+\s+import\s|@\w|if\s+__name__\s*==|"
-    r"(for\s+.+\s+in|while|if|with)\s+.+:\s*$|try:\s*$|return\b|print\(|[\w.\[\], ]+\s*[-+*/]?=\s*\S)"
-)
-# Calls that are example usage / interaction when they appear at module level in assert-style code.
-_USAGE_CALLS = {"print", "input", "exit", "quit", "breakpoint", "help"}
-_USAGE_ATTRS = {"testmod", "main"}  # doctest.testmod(), unittest.main()
-
-
-def _looks_like_python(code):
-    """At least one line that only code would start with, and the whole of it parses."""
-    return bool(code.strip()) and any(_PY_LINE.match(l) for l in code.split("\n")) and _parses(code)
-
-
-def _parses(code):
-    try:
-        ast.parse(code)
-    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
-        return False
-    return True
-
-
-def _fenced_blocks(text):
-    """All fenced blocks as (lang, body, closed). Tolerates indented fences, ``` glued to the last code
-    line, and an unterminated last block (the model hit the token cap)."""
-    lines = text.split("\n")
-    blocks = []
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        # Whatever follows the tag on the fence line (```python title="x.py") is an info string, not code.
-        lang, body, closed = m.group(2).lower(), [], False
-        j = i + 1
-        while j < len(lines):
-            line = lines[j]
-            if _FENCE.match(line):
-                closed = True
-                break
-            if line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
-                body.append(line.rstrip()[:-3])
-                closed = True
-                break
-            body.append(line)
-            j += 1
-        blocks.append((lang, textwrap.dedent("\n".join(body)).strip("\n"), closed))
-        i = j + 1
-    return blocks
 
 
 def _parsing_prefix(code, max_tries=64):
@@ -885,9 +907,8 @@ def _unfenced_code(text):
     # start lines, because prose full of "x = y" phrases would otherwise cost a parse search per line.
     starts = [k for k, l in enumerate(lines) if _PY_LINE.match(l) and not l.strip().startswith(("return", "print("))]
     for k in starts[:10]:
-        line = lines[k]
-        indent = len(line) - len(line.lstrip())
-        body = [line]
+        indent = len(lines[k]) - len(lines[k].lstrip())
+        body = [lines[k]]
         for nxt in lines[k + 1:]:
             if nxt.strip() and len(nxt) - len(nxt.lstrip()) < indent:
                 break  # dedent below the code's own level: back to prose
@@ -898,22 +919,18 @@ def _unfenced_code(text):
     return ""
 
 
-def _defines(code, name):
-    return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
-
-
-def _is_main_guard(node):
-    """`if __name__ == "__main__":` (either operand order)."""
-    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
-        return False
-    names = [n for n in [node.test.left, *node.test.comparators] if isinstance(n, ast.Name)]
-    return any(n.id == "__name__" for n in names)
+# Calls that are example usage / interaction when they appear at module level in assert-style code.
+_USAGE_CALLS = {"print", "input", "exit", "quit", "breakpoint", "help"}
+_USAGE_ATTRS = {"testmod", "main"}  # doctest.testmod(), unittest.main()
 
 
 def _is_usage(node, targets):
     """A module-level statement that exercises the code instead of defining it."""
-    if isinstance(node, ast.Assert) or _is_main_guard(node):
+    if isinstance(node, ast.Assert):
         return True
+    if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):  # if __name__ == "__main__": (either order)
+        if any(isinstance(n, ast.Name) and n.id == "__name__" for n in [node.test.left, *node.test.comparators]):
+            return True
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute) and sub.attr == "stdin":
             return True  # sys.stdin.read() / readline()
@@ -946,25 +963,19 @@ def strip_example_usage(code, entry_point=""):
     # our choice: with a known entry point only its calls count as usage, because an assignment that
     # calls a helper (`PRIMES = sieve(10**6)`) is usually precomputation the solution needs.
     targets = {entry_point} if entry_point else defined
-    drop = []
-    for node in tree.body:
-        if isinstance(node, defs):
-            continue
-        bare_call = isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-        if _is_usage(node, targets) or (bare_call and _is_usage(node, defined)):
-            drop.append(node)
+    bare_call = lambda node: isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+    drop = [node for node in tree.body if not isinstance(node, defs)
+            and (_is_usage(node, targets) or (bare_call(node) and _is_usage(node, defined)))]
     if not drop:
         return code
     lines = code.split("\n")
-    dead = set()
+    dead, kept_lines = set(), set()
     for node in drop:
         dead.update(range(node.lineno - 1, node.end_lineno))
-        # Also drop the comment lines right above it ("# Example usage:").
         k = node.lineno - 2
-        while k >= 0 and lines[k].strip().startswith("#"):
+        while k >= 0 and lines[k].strip().startswith("#"):  # also the comments right above ("# Example usage:")
             dead.add(k)
             k -= 1
-    kept_lines = set()
     for node in tree.body:
         if node not in drop:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
@@ -991,22 +1002,21 @@ def extract_code(text, kind="assert", entry_point=""):
     if not isinstance(text, str) or not text.strip():
         return ""
     cands = []  # (code, closed)
-    for lang, body, closed in _fenced_blocks(text):
+    for lang, body, closed in (s for s in _segments(text) if isinstance(s, tuple)):
+        body = textwrap.dedent("\n".join(body)).strip("\n")
         if not body.strip() or lang not in _PY_LANGS:
             continue
         if lang == "" and not any(_PY_LINE.match(l) for l in body.split("\n")):
             continue  # an untagged block of sample input / output, not code
         cands.append((body, closed))
     code, closed = "", True
+    defines = re.compile(rf"^\s*(async\s+)?(def|class)\s+{re.escape(entry_point)}\b", re.M) if entry_point else None
     if cands:
-        defining = [c for c in cands if _defines(c[0], entry_point)]
-        if defining:
-            code, closed = defining[-1]
-        else:
-            with_defs = [c for c in cands if re.search(r"^\s*(def|class)\s", c[0], re.M)]
-            pool = with_defs if (with_defs and kind != "stdio") else cands
-            # max() keeps the first of equal keys: search reversed so the later block wins ties.
-            code, closed = max(reversed(pool), key=lambda c: len(c[0]))
+        defining = [c for c in cands if defines and defines.search(c[0])]
+        with_defs = [c for c in cands if re.search(r"^\s*(def|class)\s", c[0], re.M)]
+        pool = defining[-1:] or (with_defs if (with_defs and kind != "stdio") else cands)
+        # max() keeps the first of equal keys: search reversed so the later block wins ties.
+        code, closed = max(reversed(pool), key=lambda c: len(c[0]))
     else:
         code = _unfenced_code(text)
     if not closed and not _parses(code):
@@ -1019,229 +1029,11 @@ def extract_code(text, kind="assert", entry_point=""):
 def reasoning_before_code(text):
     """The prose before the first fence of a CoT / SCoT answer (kept as the Attempt's plan)."""
     lines = []
-    for line in text.split("\n"):
-        if _FENCE.match(line):
+    for seg in _segments(text):
+        if not isinstance(seg, str):
             break
-        lines.append(line)
+        lines.append(seg)
     return "\n".join(lines).strip()
-
-
-# ---- pipelines -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Attempt:
-    """One candidate program for one problem."""
-
-    program: str  # extracted code ("" when the completion had none)
-    raw: str  # the coder's raw completion
-    plan: str = ""  # the thought it came from (planner-coder: the Planner's plan; cot/scot: the reasoning)
-    rounds: int = 0  # Reflexion repair rounds used to reach this program
-
-
-def _no_agent(role):
-    return contextlib.nullcontext()
-
-
-def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None):
-    """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts.
-
-    our choice: at temperature 0 identical prompts (and the n samples of one prompt) would decode to
-    identical texts, so each distinct prompt is decoded once and copied, because decoding duplicate
-    rows costs compute for nothing.
-    """
-    if not prompts:
-        return []
-    if temperature == 0:
-        uniq = list(dict.fromkeys(prompts))
-        s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
-                   stop=stop, generator=generator)
-        text_of = dict(zip(uniq, s.texts))
-        return [[text_of[p]] * n for p in prompts]
-    s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
-               stop=stop, generator=generator)
-    return [s.texts[i * n:(i + 1) * n] for i in range(len(prompts))]  # row i*G+g = prompt i, sample g
-
-
-def _one_shot(prompt_fn, keep_reasoning):
-    """A single-answer method (direct, CoT, SCoT): one Coder call, n samples per problem."""
-
-    def method(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
-        # CoT / SCoT write their thought and the code in one answer: give them the same total budget
-        # as Planner (plan_max_new_tokens) + Coder (max_new_tokens) so the comparison is fair.
-        budget = max_new_tokens + (plan_max_new_tokens if keep_reasoning else 0)
-        with agent("coder"):
-            texts = _generate(model, tokenizer, [prompt_fn(tokenizer, p) for p in problems], n, temperature, budget, generator)
-        return [
-            [Attempt(extract_code(t, p.kind, p.entry_point), t, reasoning_before_code(t) if keep_reasoning else "") for t in ts]
-            for p, ts in zip(problems, texts)
-        ]
-
-    method.__name__ = prompt_fn.__name__.replace("_prompt", "")  # readable in tracebacks / METHODS
-    return method
-
-
-def generate_plans(model, tokenizer, problems, n=1, temperature=0.0, plan_max_new_tokens=256, generator=None,
-                   agent=_no_agent):
-    """Planner stage: n cleaned Algorithmic Thoughts per problem (one `sample` call)."""
-    with agent("planner"):
-        raw = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
-                        plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
-    return [[clean_plan(t) for t in ts] for ts in raw]
-
-
-def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
-    """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
-    plans = generate_plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent)
-    flat = [(p, plan) for p, ps in zip(problems, plans) for plan in ps]  # problem-major, n per problem
-    with agent("coder"):
-        texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan in flat], 1, temperature,
-                          max_new_tokens, generator)
-    attempts = [Attempt(extract_code(ts[0], p.kind, p.entry_point), ts[0], plan) for (p, plan), ts in zip(flat, texts)]
-    return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
-
-
-def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
-    """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
-
-    The one place a data.Problem becomes a sandbox.Job: Reflexion / MapCoder (public tests), train.py and
-    evaluate.py (hidden tests) all build their jobs here, as the benchmark's harness would: its prelude, its
-    checker, and its program prefix (LiveBench completion: partial solution + answer, unless the answer
-    repeats it). repeat: reruns of a passing program; stop_on_failure: skip the tests after the first
-    failing one (both sandbox.Job).
-    """
-    import sandbox  # lazy: sampling never executes code; sandbox.py does not import torch
-
-    if problem.program_prefix and not program.startswith(problem.program_prefix):
-        program = problem.program_prefix + "\n" + program
-    return sandbox.Job(
-        program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
-        time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
-        prelude=problem.prelude, checker=problem.checker, stop_on_failure=stop_on_failure,
-    )
-
-
-def public_job(problem, program):
-    """A sandbox Job that runs `program` on the problem's PUBLIC tests only."""
-    return problem_job(problem, program, problem.public_tests)
-
-
-def check_public(problems, programs, pool):
-    """Run each program on its problem's public tests: a list of (passed, feedback text).
-
-    A program with no code is not run (feedback says so). A problem with no public tests counts as
-    passed: there is nothing to repair from, and hidden tests must never leak into a prompt.
-    """
-    import sandbox
-
-    out = [None] * len(programs)
-    jobs, where = [], []
-    for k, (p, prog) in enumerate(zip(problems, programs)):
-        if not p.public_tests:
-            out[k] = (True, "")
-        elif not prog.strip():
-            out[k] = (False, NO_CODE_FEEDBACK)
-        else:
-            jobs.append(public_job(p, prog))
-            where.append(k)
-    results = pool.run(jobs) if jobs else []
-    for k, job, res in zip(where, jobs, results):
-        ok = res.verdict == "passed"
-        out[k] = (ok, "" if ok else sandbox.feedback(job, res))
-    return out
-
-
-def reflexion(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, pool, repair_rounds, **_):
-    """Direct coding, then up to `repair_rounds` rounds of repair from PUBLIC-test feedback.
-
-    Each of the n attempts of a problem is repaired on its own; only attempts still failing their public
-    tests go to the next round (one `sample` call per round for all of them). The program of the last
-    round is kept whether or not it passes (it is not re-run: scoring is evaluate.py's job).
-    """
-    attempts = _one_shot(direct_prompt, keep_reasoning=False)(
-        model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
-        plan_max_new_tokens=0, generator=generator, agent=agent)
-    pending = [(i, j) for i in range(len(problems)) for j in range(n)]
-    for r in range(1, repair_rounds + 1):
-        verdicts = check_public([problems[i] for i, _ in pending], [attempts[i][j].program for i, j in pending], pool)
-        failing = [(i, j, fb) for (i, j), (ok, fb) in zip(pending, verdicts) if not ok]
-        if not failing:
-            break
-        prompts = [repair_prompt(tokenizer, problems[i], attempts[i][j].program, fb) for i, j, fb in failing]
-        with agent("coder"):
-            texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
-        for (i, j, _), ts in zip(failing, texts):
-            p = problems[i]
-            attempts[i][j] = Attempt(extract_code(ts[0], p.kind, p.entry_point), ts[0], "", rounds=r)
-        pending = [(i, j) for i, j, _ in failing]
-    return attempts
-
-
-# ---- MapCoder: Retrieval -> Planning -> Coding -> Debugging ----------------------------------------
-# MapCoder (Islam et al. 2024, "MapCoder: Multi-Agent Code Generation for Competitive Problem Solving",
-# ACL 2024) replicates how a human solves a contest problem with four agents: a Retrieval agent recalls
-# k similar problems (each with a plan) and names the algorithm with a short tutorial; a Planning agent
-# writes one plan per recalled exemplar and rates its confidence; the Coding agent codes the most
-# confident plan; a Debugging agent repairs the code from the failing SAMPLE test, up to t rounds, and
-# then the next plan is tried. The paper's prompts are not reused: every prompt below is ours, written
-# in the same labelled-text style as the Planner's (small models follow "Label: ..." lines better than
-# XML). Each agent is a named LoRA adapter on the shared base ("retriever", "planner", "coder",
-# "debugger"); CoRe-Code trains the retriever or the debugger with the Coder frozen (train.py STAGES).
-
-# our choice: k = 3 exemplars and t = 5 debugging rounds, MapCoder's defaults.
-MAPCODER_K = 3
-MAPCODER_T = 5
-
-RETRIEVER_SYSTEM = (
-    "You are the Retrieval agent in a team that solves programming problems. You do not solve the given problem: "
-    "you recall similar problems you know and the algorithm behind them, so that a Planner can learn from them.\n"
-    "Rules: plain English only, short sentences. Keep exactly the labels you are given, in their order."
-)
-
-RETRIEVER_PROMPT = (
-    "{problem}\n\n"
-    "Name the algorithm that solves this problem, explain it briefly, then recall {k} different problems that "
-    "are solved with the same idea, each with the plan that solves it. Answer in exactly this format, "
-    "replacing each <...>:\n"
-    "{format}\n\n"
-    "{code_rule} Stop after Plan {k}."
-)
-
-
-def retriever_stop(k=MAPCODER_K):
-    """Stop strings of the Retrieval agent: the label of exemplar k+1 (the untrained 0.5B kept recalling until the
-    token cap; `parse_retrieval` also keeps only k)."""
-    return [f"\nSimilar problem {k + 1}", f"\nExample {k + 1}"]
-
-# The answer starts with this text (part of the prompt, like PLAN_PREFIX for the Planner).
-RETRIEVAL_PREFIX = "Algorithm:"
-
-
-def retrieval_format(k, exemplar_code=False):
-    """The skeleton of a retrieval answer for k exemplars (shown once in the prompt)."""
-    lines = ["Algorithm: <the name of the algorithm or technique>",
-             "Tutorial: <two to four sentences: how the algorithm works and when to use it>"]
-    for i in range(1, k + 1):
-        lines.append(f"Similar problem {i}: <another problem solved with the same idea, in one sentence>")
-        lines.append(f"Plan {i}: <the numbered steps that solve it>")
-        if exemplar_code:
-            lines.append(f"Code {i}:\n```python\n<a short Python solution>\n```")
-    return "\n".join(lines)
-
-
-def retriever_prompt(tokenizer, problem, k=MAPCODER_K, exemplar_code=False):
-    """Retrieval agent: problem -> algorithm, tutorial and k similar problems with plans. Pre-filled with
-    RETRIEVAL_PREFIX.
-
-    exemplar_code: our choice False (exemplars are problem + plan, no code) because the Planner only reads
-    the exemplars' problems and plans (as in MapCoder's planning prompt) and code would triple the length of
-    the retrieval; `parse_retrieval` still reads "Code i:" blocks when a model writes them.
-    """
-    rule = ("Give each example's code in a ```python block." if exemplar_code else
-            "No code at all: the plans are in words.")
-    user = RETRIEVER_PROMPT.format(problem=problem_text(problem), k=k, format=retrieval_format(k, exemplar_code),
-                                   code_rule=rule)
-    return chat_prompt(tokenizer, RETRIEVER_SYSTEM, user) + RETRIEVAL_PREFIX
 
 
 # A label line of a retrieval answer, decorated or not: "Similar problem 2:", "**Plan 1:** ...", "### Example 1",
@@ -1253,6 +1045,7 @@ _RETRIEVAL_LABEL = re.compile(
     r"(?:\s*#?\s*(?P<num>\d+))?\s*[*_]*\s*(?:(?P<colon>:)[*_]*\s*(?P<rest>.*?)|)\s*$",
     re.I,
 )
+_EXEMPLAR_FIELDS = ("problem", "plan", "code")
 
 
 def _retrieval_key(label):
@@ -1266,141 +1059,73 @@ def _retrieval_key(label):
     return "problem"  # example, example problem, similar problem, problem
 
 
+def _exemplar_for(exemplars, current, key, num):
+    """The exemplar that a "problem" / "plan" / "code" label numbered `num` writes to (appended when new)."""
+    # The exemplar with this number, if it still lacks this field ("Example 1..3" then "Plan 1..3").
+    match = next((e for e in exemplars if num is not None and e["num"] == num and not e[key]), None)
+    if match is not None:
+        current = match
+    elif current is None or (key == "problem" and any(current[f] for f in _EXEMPLAR_FIELDS)):
+        # (A heading "### Example 1" then "Problem: ..." stays one exemplar.)
+        current = {"num": num, "problem": [], "plan": [], "code": []}
+        exemplars.append(current)
+    # Otherwise a plan / code label belongs to the current exemplar, even when numbered otherwise or
+    # repeated: small models number the steps of one plan "Plan 1:", "Plan 2:", ... (seen on the 0.5B).
+    if current["num"] is None:
+        current["num"] = num
+    return current
+
+
 def parse_retrieval(text, prefix=RETRIEVAL_PREFIX, k=None):
     """A Retrieval agent's raw answer -> {"algorithm", "tutorial", "exemplars": [{"problem", "plan", "code"}]}.
 
-    Never raises; every field is a stripped string ("" when missing). Rules (our choice, for small models that
-    drift from the format): the pre-filled `prefix` is put back first; labels may be numbered, bold or headings
+    Every field is a stripped string ("" when missing). Rules (our choice, for small models that drift from the
+    format): the pre-filled `prefix` is put back first; labels may be numbered, bold or headings
     (`_RETRIEVAL_LABEL`); the algorithm is the first line after its label and further unlabelled lines go to the
     tutorial; "Similar problem i" (or "Example i", "Problem i") starts an exemplar; "Plan i" / "Code i" go to
     exemplar i when that one still lacks the field (all problems first, then all plans), else to the current
-    exemplar, appended (small models number the steps of one plan "Plan 1:", "Plan 2:", ...); a fenced block
-    inside an exemplar is its code, elsewhere it is dropped; text before the first label is dropped; exact
-    repeats of an exemplar are dropped. At most `k` exemplars are kept (None = all), in the order written.
+    exemplar, appended; a fenced block inside an exemplar is its code, elsewhere it is dropped; text before the
+    first label is dropped; exact repeats of an exemplar are dropped. At most `k` exemplars (None = all) are kept.
     """
-    if not isinstance(text, str):
-        text = ""
+    text = text if isinstance(text, str) else ""
     text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
-    out = {"algorithm": "", "tutorial": "", "exemplars": []}
-    parts = {"algorithm": [], "tutorial": []}
-    exemplars = []  # dicts of field -> list of lines, plus "num"
-    current = None  # the exemplar being written
-    target = None  # list receiving unlabelled lines
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            body, j = [], i + 1
-            while j < len(lines) and not _FENCE.match(lines[j]):
-                body.append(lines[j])
-                j += 1
+    algorithm, tutorial, exemplars = [], [], []
+    current = target = None  # the exemplar being written; the list receiving unlabelled lines
+    for seg in _segments(text):
+        if isinstance(seg, tuple):
             if current is not None:
-                current["code"].append(textwrap.dedent("\n".join(body)).strip("\n"))
-            i = j + 1
+                current["code"].append(textwrap.dedent("\n".join(seg[1])).strip("\n"))
             continue
-        m = _RETRIEVAL_LABEL.match(line)
-        if m:
-            key = _retrieval_key(m.group("label"))
-            num = int(m.group("num")) if m.group("num") else None
-            rest = m.group("rest") or ""
-            if key in ("algorithm", "tutorial"):
-                target = parts[key]
-                if key == "algorithm":
-                    # The algorithm is a name: its label line; what follows unlabelled is tutorial text.
-                    parts["algorithm"].append(rest)
-                    target = parts["tutorial"]
-                elif rest:
-                    target.append(rest)
-            else:
-                # The exemplar with this number, if it still lacks this field ("Example 1..3" then "Plan 1..3").
-                match = next((e for e in exemplars if num is not None and e["num"] == num and not e[key]), None)
-                if match is not None:
-                    current = match
-                elif key == "problem":
-                    fresh = current is not None and not any(current[f] for f in ("problem", "plan", "code"))
-                    if not fresh:  # a heading "### Example 1" then "Problem: ..." stays one exemplar
-                        current = {"num": num, "problem": [], "plan": [], "code": []}
-                        exemplars.append(current)
-                elif current is None:
-                    current = {"num": num, "problem": [], "plan": [], "code": []}
-                    exemplars.append(current)
-                # Otherwise a plan / code label belongs to the current exemplar, even when numbered otherwise or
-                # repeated: small models number the steps of one plan "Plan 1:", "Plan 2:", ... (seen on the 0.5B).
-                if current["num"] is None:
-                    current["num"] = num
-                target = current[key]
-                if rest:
-                    target.append(rest)
-            i += 1
+        m = _RETRIEVAL_LABEL.match(seg)
+        if m is None:
+            if target is not None:
+                target.append(seg)
             continue
-        if target is not None:
-            target.append(line)
-        i += 1
-    out["algorithm"] = " ".join(" ".join(parts["algorithm"]).split())
-    out["tutorial"] = "\n".join(parts["tutorial"]).strip()
+        key, rest = _retrieval_key(m.group("label")), m.group("rest") or ""
+        if key == "algorithm":
+            # The algorithm is a name: its label line; what follows unlabelled is tutorial text.
+            algorithm.append(rest)
+            target = tutorial
+            continue
+        if key == "tutorial":
+            target = tutorial
+        else:
+            current = _exemplar_for(exemplars, current, key, int(m.group("num")) if m.group("num") else None)
+            target = current[key]
+        if rest:
+            target.append(rest)
+    out = {"algorithm": " ".join(" ".join(algorithm).split()), "tutorial": "\n".join(tutorial).strip(), "exemplars": []}
     seen = set()
     for e in exemplars:
-        ex = {f: "\n".join(e[f]).strip() for f in ("problem", "plan", "code")}
+        ex = {f: "\n".join(e[f]).strip() for f in _EXEMPLAR_FIELDS}
         key = tuple(" ".join(v.split()) for v in ex.values())
         # our choice: an exact repeat (up to whitespace) is dropped, because it would only cost a duplicate plan;
         # small models often repeat one exemplar until the token cap.
         if any(ex.values()) and key not in seen:
             seen.add(key)
             out["exemplars"].append(ex)
-    if k is not None:
-        out["exemplars"] = out["exemplars"][:k]
+    out["exemplars"] = out["exemplars"][:k]
     return out
-
-
-def retrieval_text(retrieval, exemplar=None, max_field_chars=600):
-    """Render a parsed retrieval for the Planner: the exemplars (all, or only index `exemplar`) and the algorithm.
-
-    our choice: each field clipped to `max_field_chars` so a rambling retrieval cannot crowd out the problem.
-    """
-    exemplars = retrieval.get("exemplars") or []
-    if exemplar is not None:
-        exemplars = exemplars[exemplar:exemplar + 1]
-    parts = []
-    for i, ex in enumerate(exemplars, 1):
-        part = f"Similar problem {i}: {_clip(ex.get('problem') or '(not given)', max_field_chars)}\n" \
-               f"Its plan: {_clip(ex.get('plan') or '(not given)', max_field_chars)}"
-        parts.append(part)
-    algorithm, tutorial = retrieval.get("algorithm", ""), retrieval.get("tutorial", "")
-    if algorithm or tutorial:
-        parts.append(f"Relevant algorithm: {_clip(algorithm or '(not named)', 200)}"
-                     + (f"\n{_clip(tutorial, max_field_chars)}" if tutorial else ""))
-    return "\n\n".join(parts) or "(nothing recalled)"
-
-
-# The Planner with a retrieval writes the same Algorithmic Thought (so a trained Planner adapter keeps its
-# format) and then rates its confidence, which orders the plans (MapCoder's confidence generation, folded into
-# the planning answer: our choice, one call instead of two per plan).
-RETRIEVAL_PLANNER_SYSTEM = PLANNER_SYSTEM.replace(
-    "Stop right after the Loops part.",
-    "After the Loops part write one line 'Confidence: N', N from 0 to 100: how sure you are that the plan "
-    "solves the problem. Stop right after it.")
-
-RETRIEVAL_PLANNER_PROMPT = (
-    "{problem}\n\n"
-    "A teammate recalled this (it may be imperfect: use what helps):\n{retrieval}\n\n"
-    "Write the Algorithmic Thought for this problem in exactly this format, replacing each <...>:\n"
-    "{format}\n"
-    "Confidence: <0 to 100>\n\n"
-    "No code. Stop after the Confidence line."
-)
-
-
-def retrieval_planner_prompt(tokenizer, problem, retrieval, exemplar=None):
-    """Planner given a retrieval (MapCoder planning): problem + recalled exemplars/algorithm -> plan + confidence.
-
-    exemplar: None shows every recalled exemplar (train.py's retriever stage: one plan per retrieval, so all of
-    the retrieval counts for its reward); an index shows only that exemplar (the pipeline: one plan per exemplar).
-    """
-    user = RETRIEVAL_PLANNER_PROMPT.format(problem=problem_text(problem), retrieval=retrieval_text(retrieval, exemplar),
-                                           format=PLANNER_FORMAT)
-    return chat_prompt(tokenizer, RETRIEVAL_PLANNER_SYSTEM, user) + PLAN_PREFIX
 
 
 # A confidence line: "Confidence: 85", "**Confidence score**: 0.9", "confidence = 8/10", "Confidence 70%".
@@ -1456,51 +1181,154 @@ def rank_plans(plans, unrated=0.0):
     return [plans[i][0] for i in order]
 
 
-DEBUGGER_SYSTEM = (
-    "You are the Debugging agent in a team that solves programming problems. A teammate's program fails a "
-    "sample test; you find the mistake and write the corrected program."
-)
+# ----------------------------------------------------------------------------------------------------
+# 5. Pipelines: each inference method turns problems into n Attempts per problem with one `sample` call per
+#    stage for all problems. `problem_job` is where a Problem becomes a sandbox.Job (public or hidden tests).
 
-DEBUGGER_PROMPT = (
-    "{problem}\n\n"
-    "{plan_part}"
-    "A teammate wrote this program:\n```python\n{code}\n```\n"
-    "It fails a sample test:\n{feedback}\n\n"
-    "First write 'Corrected plan:' and a few numbered steps in plain English that fix the mistake, then the "
-    "corrected complete code. {format}"
-)
+@dataclass
+class Attempt:
+    """One candidate program for one problem."""
+    program: str  # extracted code ("" when the completion had none)
+    raw: str  # the coder's raw completion
+    plan: str = ""  # the thought it came from (planner-coder: the Planner's plan; cot/scot: the reasoning)
+    rounds: int = 0  # Reflexion / MapCoder debugging rounds used to reach this program
 
 
-def debugger_prompt(tokenizer, problem, code, feedback, plan=""):
-    """Debugging agent: problem (+ the plan followed) + failing program + feedback from a PUBLIC test -> program."""
-    plan_part = f"The plan it followed:\n{plan.strip()}\n\n" if plan and plan.strip() else ""
-    user = DEBUGGER_PROMPT.format(problem=problem_text(problem), plan_part=plan_part,
-                                  code=code.rstrip() or "# (no code)", feedback=feedback.strip() or "(no details)",
-                                  format=code_format(problem))
-    return chat_prompt(tokenizer, DEBUGGER_SYSTEM, user)
+def _no_agent(role):
+    return contextlib.nullcontext()
 
 
-def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, pool,
-             mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T, **_):
-    """MapCoder: n independent runs per problem of Retrieval -> Planning -> Coding -> Debugging.
+def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None):
+    """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts.
 
-    1. Retrieval ("retriever"): one answer per run, parsed by `parse_retrieval` (at most k exemplars).
-    2. Planning ("planner"): one plan per recalled exemplar (a single plan from the algorithm alone when none
-       was parsed), ranked by self-rated confidence (`rank_plans`).
-    3. Coding ("coder") the current plan, then the program runs on the PUBLIC tests (`check_public`).
-    4. Debugging ("debugger"): a failing program is repaired from the failing case's feedback, up to t rounds;
-       after t failed rounds the next plan is coded; the run ends when a program passes or the plans run out.
-    Every stage is one `sample` call for all runs still active (coding and debugging runs of one round are two
-    calls, one per role). The last program written is kept whether or not it passes (MapCoder returns it too);
-    Attempt.rounds counts the debugging rounds used over all plans. Hidden tests never enter a prompt.
+    our choice: at temperature 0 identical prompts (and the n samples of one prompt) would decode to
+    identical texts, so each distinct prompt is decoded once and copied, because decoding duplicate
+    rows costs compute for nothing.
     """
-    k, t = mapcoder_k, mapcoder_t
-    # 1. Retrieval: runs are (problem index, parsed retrieval), problem-major, n per problem.
+    if not prompts:
+        return []
+    if temperature == 0:
+        uniq = list(dict.fromkeys(prompts))
+        s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
+                   stop=stop, generator=generator)
+        text_of = dict(zip(uniq, s.texts))
+        return [[text_of[p]] * n for p in prompts]
+    s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
+               stop=stop, generator=generator)
+    return [s.texts[i * n:(i + 1) * n] for i in range(len(prompts))]  # row i*G+g = prompt i, sample g
+
+
+def _code_attempt(text, problem, plan="", rounds=0):
+    return Attempt(extract_code(text, problem.kind, problem.entry_point), text, plan, rounds=rounds)
+
+
+def _one_shot(prompt_fn, keep_reasoning):
+    """A single-answer method (direct, CoT, SCoT): one Coder call, n samples per problem."""
+
+    def method(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
+        # CoT / SCoT write their thought and the code in one answer: give them the same total budget
+        # as Planner (plan_max_new_tokens) + Coder (max_new_tokens) so the comparison is fair.
+        budget = max_new_tokens + (plan_max_new_tokens if keep_reasoning else 0)
+        with agent("coder"):
+            texts = _generate(model, tokenizer, [prompt_fn(tokenizer, p) for p in problems], n, temperature, budget,
+                              generator)
+        return [[_code_attempt(t, p, reasoning_before_code(t) if keep_reasoning else "") for t in ts]
+                for p, ts in zip(problems, texts)]
+
+    method.__name__ = prompt_fn.__name__.replace("_prompt", "")  # readable in tracebacks / METHODS
+    return method
+
+
+def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
+    """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
+    with agent("planner"):
+        raw = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
+                        plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
+    flat = [(p, clean_plan(t)) for p, ts in zip(problems, raw) for t in ts]  # problem-major, n per problem
+    with agent("coder"):
+        texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan in flat], 1, temperature,
+                          max_new_tokens, generator)
+    attempts = [_code_attempt(ts[0], p, plan) for (p, plan), ts in zip(flat, texts)]
+    return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
+
+
+def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
+    """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
+
+    The one place a data.Problem becomes a sandbox.Job: Reflexion / MapCoder (public tests), train.py and
+    evaluate.py (hidden tests) all build their jobs here, as the benchmark's harness would: its prelude, its
+    checker, and its program prefix (LiveBench completion: partial solution + answer, unless the answer
+    repeats it). repeat: reruns of a passing program; stop_on_failure: skip the tests after the first
+    failing one (both sandbox.Job).
+    """
+    import sandbox  # lazy: sampling never executes code; sandbox.py does not import torch
+
+    if problem.program_prefix and not program.startswith(problem.program_prefix):
+        program = problem.program_prefix + "\n" + program
+    return sandbox.Job(
+        program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
+        time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
+        prelude=problem.prelude, checker=problem.checker, stop_on_failure=stop_on_failure,
+    )
+
+
+def check_public(problems, programs, pool):
+    """Run each program on its problem's PUBLIC tests only: a list of (passed, feedback text).
+
+    A program with no code is not run (feedback says so). A problem with no public tests counts as
+    passed: there is nothing to repair from, and hidden tests must never leak into a prompt.
+    """
+    import sandbox
+
+    out = [None] * len(programs)
+    jobs, where = [], []
+    for k, (p, prog) in enumerate(zip(problems, programs)):
+        if not p.public_tests:
+            out[k] = (True, "")
+        elif not prog.strip():
+            out[k] = (False, NO_CODE_FEEDBACK)
+        else:
+            jobs.append(problem_job(p, prog, p.public_tests))
+            where.append(k)
+    results = pool.run(jobs) if jobs else []
+    for k, job, res in zip(where, jobs, results):
+        ok = res.verdict == "passed"
+        out[k] = (ok, "" if ok else sandbox.feedback(job, res))
+    return out
+
+
+def reflexion(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, pool, repair_rounds, **_):
+    """Direct coding, then up to `repair_rounds` rounds of repair from PUBLIC-test feedback.
+
+    Each of the n attempts of a problem is repaired on its own; only attempts still failing their public
+    tests go to the next round (one `sample` call per round for all of them). The program of the last
+    round is kept whether or not it passes (it is not re-run: scoring is evaluate.py's job).
+    """
+    attempts = METHODS["direct"](model, tokenizer, problems, n=n, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, plan_max_new_tokens=0, generator=generator, agent=agent)
+    pending = [(i, j) for i in range(len(problems)) for j in range(n)]
+    for r in range(1, repair_rounds + 1):
+        verdicts = check_public([problems[i] for i, _ in pending], [attempts[i][j].program for i, j in pending], pool)
+        failing = [(i, j, fb) for (i, j), (ok, fb) in zip(pending, verdicts) if not ok]
+        if not failing:
+            break
+        prompts = [repair_prompt(tokenizer, problems[i], attempts[i][j].program, fb) for i, j, fb in failing]
+        with agent("coder"):
+            texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
+        for (i, j, _), ts in zip(failing, texts):
+            attempts[i][j] = _code_attempt(ts[0], problems[i], rounds=r)
+        pending = [(i, j) for i, j, _ in failing]
+    return attempts
+
+
+def _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator,
+                    agent, k):
+    """MapCoder's stages 1-2: n retrievals per problem, then one plan per recalled exemplar (a single plan from the
+    algorithm alone when none was parsed), ranked by confidence. -> runs [(problem index, plans)], problem-major."""
     with agent("retriever"):
         raw = _generate(model, tokenizer, [retriever_prompt(tokenizer, p, k) for p in problems], n, temperature,
                         max_new_tokens, generator, stop=retriever_stop(k))
     runs = [(i, parse_retrieval(text, k=k)) for i, ts in enumerate(raw) for text in ts]
-    # 2. Planning: one plan per exemplar, all runs in one call.
     plan_jobs = [(r, e) for r, (_, ret) in enumerate(runs) for e in (list(range(len(ret["exemplars"]))) or [None])]
     with agent("planner"):
         texts = _generate(model, tokenizer, [retrieval_planner_prompt(tokenizer, problems[runs[r][0]], runs[r][1], e)
@@ -1509,48 +1337,56 @@ def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_ma
     rated = [[] for _ in runs]
     for (r, _), ts in zip(plan_jobs, texts):
         rated[r].append(plan_with_confidence(ts[0]))
-    plans = [rank_plans(ps) for ps in rated]
-    # 3-4. Coding and debugging. Per run: which plan, its program (None = not coded yet), the feedback of its
-    # failing public test, the debugging rounds spent on this plan and in total, and whether it is finished.
+    return [(i, rank_plans(ps)) for (i, _), ps in zip(runs, rated)]
+
+
+def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, pool,
+             mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T, **_):
+    """MapCoder: n independent runs per problem of Retrieval -> Planning -> Coding -> Debugging.
+
+    Stages 1-2 in `_mapcoder_plans`. 3. Coding ("coder") the current plan, then the program runs on the PUBLIC
+    tests (`check_public`). 4. Debugging ("debugger"): a failing program is repaired from the failing case's
+    feedback, up to t rounds; then the next plan is coded; a run ends when a program passes or the plans run out.
+    Every stage is one `sample` call for all runs still active (one per role in a round). The last program written
+    is kept whether or not it passes (MapCoder returns it too); Attempt.rounds counts the debugging rounds over all
+    plans. Hidden tests never enter a prompt.
+    """
+    runs = _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens,
+                           generator, agent, mapcoder_k)
+    # Per run: which plan, its program (None = not coded yet), the feedback of its failing public test, the
+    # debugging rounds spent on this plan and in total, and whether it is finished.
     state = [dict(plan=0, program=None, raw="", feedback="", rounds=0, total=0, done=False) for _ in runs]
-    while True:
+    problem_of = lambda r: problems[runs[r][0]]
+    plan_of = lambda r: runs[r][1][state[r]["plan"]]
+    while any(not s["done"] for s in state):
         active = [r for r, s in enumerate(state) if not s["done"]]
-        if not active:
-            break
         to_code = [r for r in active if state[r]["program"] is None]
-        to_debug = [r for r in active if state[r]["program"] is not None]
-        for role, group in (("coder", to_code), ("debugger", to_debug)):
+        for role, group in (("coder", to_code), ("debugger", [r for r in active if r not in to_code])):
             if not group:
                 continue
-            if role == "coder":
-                prompts = [coder_prompt(tokenizer, problems[runs[r][0]], plans[r][state[r]["plan"]]) for r in group]
-            else:
-                prompts = [debugger_prompt(tokenizer, problems[runs[r][0]], state[r]["program"], state[r]["feedback"],
-                                           plans[r][state[r]["plan"]]) for r in group]
+            prompts = [coder_prompt(tokenizer, problem_of(r), plan_of(r)) if role == "coder" else
+                       debugger_prompt(tokenizer, problem_of(r), state[r]["program"], state[r]["feedback"], plan_of(r))
+                       for r in group]
             with agent(role):
                 texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
             for r, ts in zip(group, texts):
-                p = problems[runs[r][0]]
-                state[r]["program"], state[r]["raw"] = extract_code(ts[0], p.kind, p.entry_point), ts[0]
+                state[r].update(program=_code_attempt(ts[0], problem_of(r)).program, raw=ts[0])
                 if role == "debugger":
                     state[r]["rounds"] += 1
                     state[r]["total"] += 1
-        verdicts = check_public([problems[runs[r][0]] for r in active], [state[r]["program"] for r in active], pool)
+        verdicts = check_public([problem_of(r) for r in active], [state[r]["program"] for r in active], pool)
         for r, (ok, fb) in zip(active, verdicts):
             s = state[r]
             if ok:
                 s["done"] = True
-            elif s["rounds"] < t:
+            elif s["rounds"] < mapcoder_t:
                 s["feedback"] = fb  # debug this program next round
-            elif s["plan"] + 1 < len(plans[r]):
+            elif s["plan"] + 1 < len(runs[r][1]):
                 s.update(plan=s["plan"] + 1, rounds=0, feedback="", program=None)
             else:
                 s["done"] = True
-    out = []
-    for r, s in enumerate(state):
-        # A run that moved to a new plan but has not coded it yet cannot exist here (it is always coded next
-        # round), so `program` is the last program written.
-        out.append(Attempt(s["program"] or "", s["raw"], plans[r][s["plan"]], rounds=s["total"]))
+    # A run that moved to a new plan is always coded in the next round, so `program` is the last program written.
+    out = [Attempt(s["program"] or "", s["raw"], plan_of(r), rounds=s["total"]) for r, s in enumerate(state)]
     return [out[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
@@ -1563,55 +1399,39 @@ METHODS = {
     "mapcoder": mapcoder,
 }
 
-# Methods that run programs on public tests while generating (run_method opens a pool for them when none is given).
-NEEDS_POOL = ("reflexion", "mapcoder")
-
-
-def _rng(model, seed):
-    """The run's torch.Generator, on the model's device (the sampler draws there)."""
-    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-
 
 def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
                seed=0, agent=None, pool=None, repair_rounds=2, batch_size=None, mapcoder_k=MAPCODER_K,
                mapcoder_t=MAPCODER_T):
     """Run one inference method on problems: n Attempts per problem, in problem order.
 
-    method: a key of METHODS. temperature 0 = greedy (then n > 1 gives n copies). seed: seeds one
-    torch.Generator shared by all stages, so a run is reproducible. agent(role) -> context manager that
-    switches the model to that role's LoRA adapter (roles "planner", "coder", and for "mapcoder" also
-    "retriever", "debugger"), e.g. `lambda role: grpo.use_adapter(model, names[role])`; default: no
-    switching (the base model plays every role). pool: a sandbox.SandboxPool, needed only by the methods
-    in NEEDS_POOL (one is opened and closed here when None). batch_size: problems per chunk (None = all at
-    once; each stage is one `sample` call per chunk, so this bounds memory on big benchmarks).
-    repair_rounds: Reflexion's rounds. mapcoder_k / mapcoder_t: MapCoder's exemplars recalled and debugging
-    rounds per plan.
+    method: a key of METHODS. temperature 0 = greedy (then n > 1 gives n copies). seed: seeds one torch.Generator
+    (on the model's device) shared by all stages, so a run is reproducible. agent(role) -> a context manager that
+    switches the model to that role's LoRA adapter (roles "planner", "coder", and for "mapcoder" also "retriever",
+    "debugger"), e.g. `lambda role: grpo.use_adapter(model, names[role])`; default: the base model plays every
+    role. pool: a sandbox.SandboxPool, needed by "reflexion" and "mapcoder" (they run programs on public tests).
+    batch_size: problems per chunk (None = all at once; each stage is one `sample` call per chunk, so this bounds
+    memory on big benchmarks). repair_rounds: Reflexion's rounds. mapcoder_k / mapcoder_t: MapCoder's exemplars
+    recalled and debugging rounds per plan.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    agent = agent or _no_agent
-    generator = _rng(model, seed)
-    with contextlib.ExitStack() as stack:
-        if method in NEEDS_POOL and pool is None:
-            import sandbox
-
-            pool = stack.enter_context(sandbox.SandboxPool())
-        step = batch_size or max(1, len(problems))
-        out = []
-        for start in range(0, len(problems), step):
-            out += METHODS[method](
-                model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
-                max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-                agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t,
-            )
+    generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    step = batch_size or max(1, len(problems))
+    out = []
+    for start in range(0, len(problems), step):
+        out += METHODS[method](
+            model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
+            max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
+            agent=agent or _no_agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
+            mapcoder_t=mapcoder_t,
+        )
     return out
 
 
-# ---- roles as train.py's rollout sees them ----------------------------------------------------------
-# One row per role: how to prompt it given the problem and what the roles before it produced (`ctx`, a
-# dict with e.g. "plan"), how to parse its raw completion into ctx entries, its stop strings and which
-# token budget it uses ("plan" = --plan-max-new-tokens, "code" = --max-new-tokens). A plain dict, so a
-# new agent (MapCoder's retriever, debugger) is a new row.
+# The roles as train.py's rollout sees them, one row per role: how to prompt it given the problem and what the roles
+# before it produced (`ctx`, a dict with e.g. "plan"), how to parse its raw completion into ctx entries, its stop
+# strings and its token budget ("plan" = --plan-max-new-tokens, "code" = --max-new-tokens). A new agent is a new row.
 ROLES = {
     "retriever": dict(
         # our choice: the code budget, because k exemplars with plans are longer than one plan.
