@@ -1313,8 +1313,8 @@ class _WorkerDied(Exception):
 
 class _Worker:
     """One fork-server process and its pipes: a handle with thin send / read / restart methods."""
-    def __init__(self, index, isolation):
-        self.index, self.isolation = index, isolation
+    def __init__(self, isolation):
+        self.isolation = isolation
         self.start()
 
     def start(self):
@@ -1727,8 +1727,8 @@ class SandboxPool:
         n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self._workers = []
         try:
-            for i in range(n):
-                self._workers.append(_Worker(i, isolation))
+            for _ in range(n):
+                self._workers.append(_Worker(isolation))
         except BaseException:
             self.close()
             raise
