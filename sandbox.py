@@ -1147,6 +1147,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None):
     if own_ns:
         _check(_libc.unshare(CLONE_NEWPID), "unshare pid")   # the next child is pid 1 of a fresh namespace
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
         raise OSError(ctypes.get_errno(), "fork failed")
@@ -1155,8 +1156,7 @@ def _spawn_and_wait(spec, limits, stdin_bytes=None):
     if own_ns:
         _check(_libc.setns(st.pidns_fd, CLONE_NEWPID), "setns pid")   # later forks: back to ours
     os.close(stdin_fd)
-    limit_hit, status, usage, wall = _watch(pid, own_ns, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S,
-                                            time.monotonic())
+    limit_hit, status, usage, wall = _watch(pid, own_ns, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S, t0)
     cpu_s, maxrss_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
     if st.job_init:
         # Orphaned helpers re-parent to us (pid 1): kill and reap every one, so that RUSAGE_CHILDREN counts
