@@ -2,31 +2,25 @@
 
 Sections, in reading order:
   1. Loading: `load_model`, a local HF model directory or a hub id -> (model, tokenizer).
-  2. Sampling: `sample`, a hand-written batched sampler: each prompt is prefilled ONCE and its KV cache copied to
-     its G group rows (row i*G+g = prompt i, sample g); all rows decode together with a per-row stop, temperature /
-     top-k / top-p and seeded torch.Generators. It returns the token ids and the completion mask GRPO trains on.
-  3. Roles: `chat_prompt` and the prompt of each role (Planner, Coder, CoT, SCoT, repair; MapCoder's Retriever,
-     retrieval Planner, Debugger), rendered from module constants.
+  2. Sampling: `sample`, a batched KV-cache sampler: each prompt is prefilled once and its cache copied to its G
+     group rows; all rows decode together (per-row stops, temperature / top-k / top-p, seeded generators).
+  3. Roles: the prompt of each role (Planner, Coder, CoT, SCoT, repair; MapCoder's Retriever, Planner, Debugger).
   4. Extraction: completion -> plan (`clean_plan`), program (`extract_code`), retrieval, confidence.
-  5. Pipelines: `run_method` (direct, cot, scot, planner-coder, reflexion, mapcoder; one `sample` call per stage),
-     `problem_job` (Problem -> sandbox.Job), and `ROLES` (the roles as train.py's rollout sees them).
+  5. Pipelines: `run_method` (direct, cot, scot, planner-coder, reflexion, mapcoder), `problem_job`, `ROLES`.
 
-What it is not: a serving engine (no continuous batching, paged attention, speculative decoding or beam search);
-no loss and no gradients (sampling runs under torch.no_grad() inside `sample`, never as a decorator on a forward,
-so the same model stays trainable); no scoring (evaluate.py runs the hidden tests; only Reflexion and MapCoder
-run programs while generating, and only on PUBLIC tests).
+Not a serving engine (no continuous batching, paged attention or beam search), never a loss or a gradient (sampling
+runs under torch.no_grad() inside `sample`, never as a decorator, so the model stays trainable), never scoring
+(evaluate.py runs hidden tests; Reflexion and MapCoder run programs on PUBLIC tests only).
 
-References (read, not copied): gpt-fast (the prefill / decode_one_token / decode_n_tokens split and the
-"exponential race" draw); HF `GenerationMixin.generate` (left padding, position ids = cumsum(mask) - 1, finished
-rows continue with pad; our greedy output is tested equal to it); nanoGPT `generate`; Structured CoT (Li et al.
-2023): I/O + sequence / branch / loop; Reflexion (Shinn et al. 2023): retry from verbal feedback on failing visible
-tests; MapCoder (Islam et al. 2024): retrieval, planning with confidence, coding, debugging on sample tests; MBPP's
-wording "Your code should pass these tests" (Austin et al. 2021). The CoRe-Code paper's prompts are not available:
-every prompt here is ours.
+References (read, not copied): gpt-fast (prefill / decode_one_token / decode_n_tokens, the exponential-race draw);
+HF `generate` (left padding, position ids = cumsum(mask) - 1; our greedy output is tested equal to it); nanoGPT;
+Structured CoT (Li et al. 2023); Reflexion (Shinn et al. 2023); MapCoder (Islam et al. 2024); MBPP's wording "Your
+code should pass these tests" (Austin et al. 2021). The CoRe-Code paper's prompts are not available: all are ours.
 """
 import ast
 import contextlib
 import inspect
+import itertools
 import json
 import os
 import re
@@ -91,13 +85,10 @@ def resolve_dtype(dtype, device):
 
 
 def load_model(name_or_path, device=None, dtype=None):
-    """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device`.
-
-    device: None -> 'cuda' when a GPU is visible, else 'cpu' (MPS is left out on purpose: untested here).
-    dtype: see `resolve_dtype`. Errors are one line saying what to pass instead: FileNotFoundError for a missing
-    local path, ValueError for anything else that fails to load (a file, no config.json, broken weights, a hub id
-    that is neither cached nor reachable; HF_HUB_OFFLINE=1 skips the hub client's network retries).
-    """
+    """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device` (None: cuda if
+    visible, else cpu; MPS is untested). Errors are one line saying what to pass instead: FileNotFoundError for a
+    missing local path, ValueError for the rest (a file, no config.json, broken weights, a hub id neither cached nor
+    reachable: without a network the hub client retries for ~50 s first, unless HF_HUB_OFFLINE=1)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -110,9 +101,10 @@ def load_model(name_or_path, device=None, dtype=None):
         raise ValueError(f"model path {path!r} is a file, not a directory; {_WHAT_TO_PASS}")
     if is_local and not os.path.isfile(os.path.join(path, "config.json")):
         raise ValueError(f"model directory {path!r} has no config.json; {_WHAT_TO_PASS}")
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"  # read per call: only the local HF cache, no network retries
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), local_files_only=offline)
     # What a corrupt or absent checkpoint raises in transformers / huggingface_hub (their errors subclass these)
     # and safetensors (its own class); turn it into one line and keep the cause chained.
     except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
@@ -136,9 +128,8 @@ def load_model(name_or_path, device=None, dtype=None):
 def filter_logits(logits, top_k=0, top_p=1.0):
     """Keep the top-k and then the top-p nucleus of each row; everything else becomes -inf. (B, V) -> (B, V).
 
-    top_k <= 0 and top_p >= 1 switch the filters off. The nucleus keeps the smallest set of most likely
-    tokens whose mass reaches top_p (the token that crosses top_p is kept), so at least one survives.
-    The order (temperature -> top-k -> top-p) is the one HF generate applies.
+    top_k <= 0 and top_p >= 1 switch the filters off. The nucleus keeps the smallest set of most likely tokens
+    whose mass reaches top_p, so at least one survives. Order (temperature, top-k, top-p) as in HF generate.
     """
     if top_k > 0 and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
@@ -157,11 +148,10 @@ def filter_logits(logits, top_k=0, top_p=1.0):
 def sample_token(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
     """Pick one token per row from (B, V) logits -> (B,) int64. temperature == 0 is greedy (argmax).
 
-    The draw is the exponential race argmax(p / q), q ~ Exp(1) i.i.d., which samples exactly from p
-    (the same as torch.multinomial) but needs no device-to-host sync on CUDA. Each row gets its own q,
-    so rows that share a prompt (a GRPO group) still draw independent tokens. generator: one
-    torch.Generator, or a list of them, one per equal block of rows (per prompt: a prompt's draws then
-    do not depend on which other prompts share the batch, which data-parallel training relies on).
+    The draw is the exponential race argmax(p / q), q ~ Exp(1) i.i.d.: exactly a sample from p, with no host sync
+    on CUDA. Each row gets its own q, so the rows of a GRPO group draw independently. generator: one, or a list
+    with one per equal block of rows (per prompt: its draws then do not depend on the other prompts in the batch,
+    which data-parallel training relies on).
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -256,11 +246,9 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
 def _decode_mask(model, prompt_mask, max_new_tokens):
     """The attention mask of every decode step, built once: (B, P + N), or (B, 1, 1, P + N) bool for SDPA.
 
-    With SDPA and only full-attention layers we hand the model the 4D boolean mask it would build itself
-    from the 2D one (for one query token: "attend to every real key so far"; transformers returns a
-    prepared 4D mask as is). That skips HF's mask construction, about a tenth of a decode step on small
-    models, with bit-identical attention. Other attention kernels (eager wants an additive float mask,
-    flash-attention wants the 2D mask) and sliding-window layers get the plain 2D mask.
+    With SDPA and only full-attention layers the model gets the 4D boolean mask it would build itself (transformers
+    passes a prepared mask through): that skips about a tenth of a small model's decode step, bit-identically.
+    Eager (additive float mask), flash-attention and sliding-window layers get the plain 2D mask.
     """
     B = prompt_mask.shape[0]
     mask2d = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)  # (B, P+N)
@@ -296,32 +284,13 @@ def _eval_mode(model):
 
 def stop_token_ids(model, tokenizer):
     """Every id that ends a completion: the tokenizer's EOS plus the generation config's (Qwen lists two)."""
-    ids = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
+    ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
     gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update([gen] if isinstance(gen, int) else list(gen or []))
-    return sorted(ids)
-
-
-def _check_sample_args(prompts, group_size, max_new_tokens, temperature, top_p, top_k, generator):
-    if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
-        raise ValueError("sample() needs a non-empty list of prompt strings")
-    if not all(isinstance(p, str) and p for p in prompts):
-        raise ValueError("every prompt must be a non-empty string")
-    if not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
-    if isinstance(generator, (list, tuple)) and len(generator) != len(prompts):
-        raise ValueError(f"{len(generator)} generators for {len(prompts)} prompts: give one per prompt")
+    return sorted(ids | set([gen] if isinstance(gen, int) else gen or []))
 
 
 def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
-           stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, add_special_tokens=False,
-           progress=None):
+           stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, progress=None):
     """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
 
     prompts: non-empty strings, already chat-formatted (`chat_prompt`). temperature 0 is greedy; top_k=0 and
@@ -332,11 +301,17 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     eos_token_ids: ids that end a row; None = `stop_token_ids(model, tokenizer)`, () = never stop on EOS.
     keep_stop: our choice: False (texts are cut before the stop string) because callers extract code or
         plans from the text; the token ids and mask still include the tokens that spelled the stop string.
-    add_special_tokens: our choice: False because prompts come from the chat template, which already
-        writes every special token the model expects (a tokenizer adding BOS again would double it).
     progress: optional callable(tokens_so_far, max_new_tokens), called every 16 decode steps (a progress bar).
     """
-    _check_sample_args(prompts, group_size, max_new_tokens, temperature, top_p, top_k, generator)
+    if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise ValueError("sample() needs a non-empty list of non-empty prompt strings")
+    for name, value in (("group_size", group_size), ("max_new_tokens", max_new_tokens)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
+    if isinstance(generator, (list, tuple)) and len(generator) != len(prompts):
+        raise ValueError(f"{len(generator)} generators for {len(prompts)} prompts: give one per prompt")
     stop = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
     device = next(model.parameters()).device
     G = group_size
@@ -346,8 +321,9 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     eos = stop_token_ids(model, tokenizer) if eos_token_ids is None else list(eos_token_ids)
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device)  # (E,)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-    enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt",
-                    add_special_tokens=add_special_tokens)
+    # our choice: add_special_tokens=False because the chat template already writes every special token the model
+    # expects (a tokenizer adding BOS again would double it).
+    enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
     prompt_ids = enc["input_ids"].to(device)  # (n, P)
     prompt_mask = enc["attention_mask"].to(device)  # (n, P)
     P = prompt_ids.shape[1]
@@ -629,29 +605,20 @@ def retriever_stop(k=MAPCODER_K):
     return [f"\nSimilar problem {k + 1}", f"\nExample {k + 1}"]
 
 
-def retrieval_format(k, exemplar_code=False):
-    """The skeleton of a retrieval answer for k exemplars (shown once in the prompt)."""
-    lines = ["Algorithm: <the name of the algorithm or technique>",
-             "Tutorial: <two to four sentences: how the algorithm works and when to use it>"]
-    for i in range(1, k + 1):
-        lines.append(f"Similar problem {i}: <another problem solved with the same idea, in one sentence>")
-        lines.append(f"Plan {i}: <the numbered steps that solve it>")
-        if exemplar_code:
-            lines.append(f"Code {i}:\n```python\n<a short Python solution>\n```")
-    return "\n".join(lines)
-
-
-def retriever_prompt(tokenizer, problem, k=MAPCODER_K, exemplar_code=False):
+def retriever_prompt(tokenizer, problem, k=MAPCODER_K):
     """Retrieval agent: problem -> algorithm, tutorial and k similar problems with plans (pre-filled RETRIEVAL_PREFIX).
 
-    exemplar_code: our choice False (exemplars are problem + plan, no code) because the Planner only reads
-    the exemplars' problems and plans (as in MapCoder's planning prompt) and code would triple the length of
-    the retrieval; `parse_retrieval` still reads "Code i:" blocks when a model writes them.
+    our choice: exemplars are problem + plan, no code, because the Planner only reads the exemplars' problems and
+    plans (as in MapCoder's planning prompt) and code would triple the length of the retrieval (`parse_retrieval`
+    still reads "Code i:" blocks when a model writes them).
     """
-    rule = ("Give each example's code in a ```python block." if exemplar_code else
-            "No code at all: the plans are in words.")
-    user = RETRIEVER_PROMPT.format(problem=problem_text(problem), k=k, format=retrieval_format(k, exemplar_code),
-                                   code_rule=rule)
+    skeleton = ["Algorithm: <the name of the algorithm or technique>",
+                "Tutorial: <two to four sentences: how the algorithm works and when to use it>"]
+    for i in range(1, k + 1):
+        skeleton.append(f"Similar problem {i}: <another problem solved with the same idea, in one sentence>")
+        skeleton.append(f"Plan {i}: <the numbered steps that solve it>")
+    user = RETRIEVER_PROMPT.format(problem=problem_text(problem), k=k, format="\n".join(skeleton),
+                                   code_rule="No code at all: the plans are in words.")
     return chat_prompt(tokenizer, RETRIEVER_SYSTEM, user) + RETRIEVAL_PREFIX
 
 
@@ -795,11 +762,10 @@ _AFTER_PLAN = re.compile(
 def clean_plan(text, prefix=PLAN_PREFIX):
     """Raw Planner completion -> Algorithmic Thought: no code, and nothing after the Loops part.
 
-    Steps: (1) put back the pre-filled `prefix`; (2) cut at the first Python code block or code-looking
-    definition line (a fence whose body is prose, e.g. the whole plan wrapped in ```text, is unwrapped
-    instead); (3) cut at the end of the Loops part: its first blank line, heading, "Here is the code"
-    line or new "Label:" line (the 0.5B sometimes adds a "Rules:" part). our choice: cut, never rewrite,
-    because plans with code did worse and the Coder must see what the Planner wrote, not our edit of it.
+    (1) Put back the pre-filled `prefix`; (2) cut at the first Python block or code-looking line (a prose block,
+    e.g. the plan wrapped in ```text, is unwrapped); (3) cut at the end of the Loops part: a blank line, heading,
+    "Here is the code" or new "Label:" line (the 0.5B adds "Rules:"). our choice: cut, never rewrite, because
+    plans with code did worse and the Coder must see what the Planner wrote, not our edit of it.
     """
     text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
     out = []
@@ -945,14 +911,12 @@ def _is_usage(node, targets):
 
 
 def strip_example_usage(code, entry_point=""):
-    """Drop module-level example usage from assert / functional code; keep imports, defs, classes, and
-    other statements (constants, precomputed tables, sys.setrecursionlimit).
+    """Drop module-level example usage from assert / functional code; keep imports, defs, classes, constants.
 
-    Dropped: assert statements, `if __name__ == "__main__":` blocks, and any other top-level statement
-    that calls print / input / exit, reads stdin, or calls the function under test (`entry_point`; when
-    unknown, any function or class defined in the code). A bare call statement of any defined function
-    is also dropped (its result is thrown away, so it can only be a demo). Code that does not parse is
-    returned unchanged (the sandbox reports the syntax error, which Reflexion feeds back).
+    Dropped: asserts, `if __name__ == "__main__":` blocks, top-level statements that call print / input / exit,
+    read stdin, or call the function under test (`entry_point`, else any function or class defined here), and
+    bare calls of any defined function (a demo). Code that does not parse is returned unchanged (the sandbox
+    reports the syntax error, which Reflexion feeds back).
     """
     try:
         tree = ast.parse(code)
@@ -988,16 +952,13 @@ def strip_example_usage(code, entry_point=""):
 
 
 def extract_code(text, kind="assert", entry_point=""):
-    """A model completion -> the program to run ("" when it holds no code; never raises).
+    """A model completion -> the program to run ("" when it holds no code).
 
-    Block policy (our choice, from what instruct models write): among the fenced blocks tagged Python
-    (```python, ```py, ```, ...; an untagged block only if it looks like Python), take the LAST block
-    that defines `entry_point` (a later block is usually the corrected / final version, and demo blocks
-    do not define the function); else the longest block with a def/class (assert, functional) or the
-    longest block (stdio), later wins ties. No fence at all: the unfenced fallback (`_unfenced_code`).
-    An unterminated block (token cap) is cut to its longest parsing prefix. For assert / functional
-    problems, module-level example usage is stripped (`strip_example_usage`); stdio programs are kept
-    whole, since their top-level code is the program.
+    Block policy (our choice, from what instruct models write): among the Python blocks (an untagged one only if
+    it looks like Python) take the LAST that defines `entry_point` (a later block is usually the corrected one,
+    and demos do not define the function); else the longest with a def/class (assert, functional) or the longest
+    (stdio), later wins ties. No fence: `_unfenced_code`. An unterminated block (token cap) is cut to its longest
+    parsing prefix. Assert / functional code loses its example usage; a stdio program's top level is the program.
     """
     if not isinstance(text, str) or not text.strip():
         return ""
@@ -1028,12 +989,7 @@ def extract_code(text, kind="assert", entry_point=""):
 
 def reasoning_before_code(text):
     """The prose before the first fence of a CoT / SCoT answer (kept as the Attempt's plan)."""
-    lines = []
-    for seg in _segments(text):
-        if not isinstance(seg, str):
-            break
-        lines.append(seg)
-    return "\n".join(lines).strip()
+    return "\n".join(itertools.takewhile(lambda seg: isinstance(seg, str), _segments(text))).strip()
 
 
 # A label line of a retrieval answer, decorated or not: "Similar problem 2:", "**Plan 1:** ...", "### Example 1",
@@ -1080,12 +1036,10 @@ def parse_retrieval(text, prefix=RETRIEVAL_PREFIX, k=None):
     """A Retrieval agent's raw answer -> {"algorithm", "tutorial", "exemplars": [{"problem", "plan", "code"}]}.
 
     Every field is a stripped string ("" when missing). Rules (our choice, for small models that drift from the
-    format): the pre-filled `prefix` is put back first; labels may be numbered, bold or headings
-    (`_RETRIEVAL_LABEL`); the algorithm is the first line after its label and further unlabelled lines go to the
-    tutorial; "Similar problem i" (or "Example i", "Problem i") starts an exemplar; "Plan i" / "Code i" go to
-    exemplar i when that one still lacks the field (all problems first, then all plans), else to the current
-    exemplar, appended; a fenced block inside an exemplar is its code, elsewhere it is dropped; text before the
-    first label is dropped; exact repeats of an exemplar are dropped. At most `k` exemplars (None = all) are kept.
+    format): the `prefix` is put back; the algorithm is its label's line, later unlabelled lines are tutorial;
+    "Similar problem i" / "Example i" / "Problem i" starts an exemplar, "Plan i" / "Code i" fill one
+    (`_exemplar_for`); a fenced block inside an exemplar is its code; text before the first label, blocks outside
+    exemplars and exact repeats are dropped. At most `k` exemplars (None = all) are kept.
     """
     text = text if isinstance(text, str) else ""
     text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
@@ -1194,10 +1148,6 @@ class Attempt:
     rounds: int = 0  # Reflexion / MapCoder debugging rounds used to reach this program
 
 
-def _no_agent(role):
-    return contextlib.nullcontext()
-
-
 def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None):
     """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts.
 
@@ -1255,11 +1205,9 @@ def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, pl
 def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
     """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
 
-    The one place a data.Problem becomes a sandbox.Job: Reflexion / MapCoder (public tests), train.py and
-    evaluate.py (hidden tests) all build their jobs here, as the benchmark's harness would: its prelude, its
-    checker, and its program prefix (LiveBench completion: partial solution + answer, unless the answer
-    repeats it). repeat: reruns of a passing program; stop_on_failure: skip the tests after the first
-    failing one (both sandbox.Job).
+    The one place a data.Problem becomes a sandbox.Job (Reflexion, MapCoder, train.py, evaluate.py), as the
+    benchmark's harness would: its prelude, checker and program prefix (LiveBench completion: partial solution +
+    answer, unless the answer repeats it). repeat / stop_on_failure: see sandbox.Job.
     """
     import sandbox  # lazy: sampling never executes code; sandbox.py does not import torch
 
@@ -1342,14 +1290,11 @@ def _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, 
 
 def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, pool,
              mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T, **_):
-    """MapCoder: n independent runs per problem of Retrieval -> Planning -> Coding -> Debugging.
-
-    Stages 1-2 in `_mapcoder_plans`. 3. Coding ("coder") the current plan, then the program runs on the PUBLIC
-    tests (`check_public`). 4. Debugging ("debugger"): a failing program is repaired from the failing case's
-    feedback, up to t rounds; then the next plan is coded; a run ends when a program passes or the plans run out.
-    Every stage is one `sample` call for all runs still active (one per role in a round). The last program written
-    is kept whether or not it passes (MapCoder returns it too); Attempt.rounds counts the debugging rounds over all
-    plans. Hidden tests never enter a prompt.
+    """MapCoder: n independent runs per problem of Retrieval -> Planning (`_mapcoder_plans`) -> Coding ->
+    Debugging: the current plan is coded and run on the PUBLIC tests; a failing program is repaired from the
+    failing case's feedback, up to t rounds, then the next plan is coded, until a program passes or the plans run
+    out. One `sample` call per role and round for all active runs. The last program is kept even if it fails (as
+    in MapCoder); Attempt.rounds counts debugging rounds over all plans. Hidden tests never enter a prompt.
     """
     runs = _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens,
                            generator, agent, mapcoder_k)
@@ -1405,14 +1350,12 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
                mapcoder_t=MAPCODER_T):
     """Run one inference method on problems: n Attempts per problem, in problem order.
 
-    method: a key of METHODS. temperature 0 = greedy (then n > 1 gives n copies). seed: seeds one torch.Generator
-    (on the model's device) shared by all stages, so a run is reproducible. agent(role) -> a context manager that
-    switches the model to that role's LoRA adapter (roles "planner", "coder", and for "mapcoder" also "retriever",
-    "debugger"), e.g. `lambda role: grpo.use_adapter(model, names[role])`; default: the base model plays every
-    role. pool: a sandbox.SandboxPool, needed by "reflexion" and "mapcoder" (they run programs on public tests).
-    batch_size: problems per chunk (None = all at once; each stage is one `sample` call per chunk, so this bounds
-    memory on big benchmarks). repair_rounds: Reflexion's rounds. mapcoder_k / mapcoder_t: MapCoder's exemplars
-    recalled and debugging rounds per plan.
+    method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
+    by all stages, so a run is reproducible. agent(role) -> a context manager that switches to that role's LoRA
+    adapter ("planner", "coder"; "retriever", "debugger" for mapcoder), e.g. `lambda role:
+    grpo.use_adapter(model, names[role])`; default: the base model plays every role. pool: a sandbox.SandboxPool
+    for "reflexion" and "mapcoder" (they run public tests). batch_size: problems per chunk of `sample` calls
+    (None = all; bounds memory). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars, debug rounds per plan.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
@@ -1423,7 +1366,7 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
         out += METHODS[method](
             model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
             max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-            agent=agent or _no_agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
+            agent=agent or (lambda role: contextlib.nullcontext()), pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
             mapcoder_t=mapcoder_t,
         )
     return out
