@@ -126,7 +126,7 @@ def get_args(argv=None):
                         "downloaded by transformers on first use)")
     p.add_argument("--device", default=None, help="cuda / cpu / cuda:1 ... (default: cuda when available)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
-                   help="weights dtype (default: auto = bf16 on CUDA, fp32 on CPU)")
+                   help="weights dtype (default: auto = bf16 on CUDA and on CPUs with native bf16, else fp32)")
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=DIR",
                    help="a PEFT-format adapter dir for one role (planner, coder, retriever, debugger), repeatable. "
                         "The trained role starts from it (default: a fresh adapter); a frozen role uses it (default: "
@@ -146,7 +146,15 @@ def get_args(argv=None):
     p.add_argument("--eval-batch-size", type=int, default=16,
                    help="held-out problems generated together. our choice 16: all 90 MBPP validation problems in one "
                         "batch ran a 2-core CPU box out of its 24 GB during prefill (0.5B, bf16)")
-    # GRPO
+    grpo_flags(p)
+    optimisation_flags(p)
+    args = p.parse_args(argv)
+    args.out = args.out or os.path.join("runs", args.stage or "")
+    return args
+
+
+def grpo_flags(p):
+    """The flags of the rollout, the rewards and the GRPO objective."""
     p.add_argument("--num-steps", "--max-steps", dest="num_steps", type=int, default=200, help="optimizer steps")
     p.add_argument("--problems-per-step", type=int, default=4,
                    help="problems (groups) per step; stage debugger keeps only those whose Coder program fails a "
@@ -187,7 +195,10 @@ def get_args(argv=None):
                         "training rollout's Retriever is asked for agents.MAPCODER_K)")
     p.add_argument("--mapcoder-t", type=int, default=agents.MAPCODER_T,
                    help="stages retriever / debugger: debugging rounds per plan in the held-out mapcoder evaluation")
-    # optimisation
+
+
+def optimisation_flags(p):
+    """The flags of the optimizer, LoRA and the run directory."""
     p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate of the LoRA parameters")
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
     p.add_argument("--warmup-steps", type=int, default=10, help="linear warm-up steps, then constant")
@@ -212,9 +223,6 @@ def get_args(argv=None):
     p.add_argument("--keep-last", type=int, default=3, help="checkpoints kept")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: CPU count)")
-    args = p.parse_args(argv)
-    args.out = args.out or os.path.join("runs", args.stage or "")
-    return args
 
 
 def fail(msg):
