@@ -176,7 +176,7 @@ class Samples:
 
 
 def _forward_kwargs(model, cache):
-    """The cache keywords of this model's forward (transformers 5.0 names the cache past_key_values, later 5.x cache)."""
+    """This model's forward keywords for the cache (transformers 5.0 says past_key_values, later 5.x cache)."""
     params = inspect.signature(model.forward).parameters
     kwargs = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
     if "logits_to_keep" in params:
@@ -259,14 +259,11 @@ def _decode_mask(model, prompt_mask, max_new_tokens):
 
 def _hit_stop(tokenizer, ids, finished, t, window, stop):
     """(B,) bool: running rows whose decoded tail (last `window` tokens up to step t) contains a stop string."""
-    hit = torch.zeros_like(finished)
     rows = (~finished).nonzero().flatten().tolist()
-    if not rows:
-        return hit
-    tails = tokenizer.batch_decode(ids[rows, max(0, t + 1 - window): t + 1].tolist())
+    tails = tokenizer.batch_decode(ids[rows, max(0, t + 1 - window): t + 1].tolist()) if rows else []
+    hit = torch.zeros_like(finished)
     for row, text in zip(rows, tails):
-        if any(s in text for s in stop):
-            hit[row] = True
+        hit[row] = any(s in text for s in stop)
     return hit
 
 
@@ -493,7 +490,9 @@ def _functional_call(fn_name, case):
         out = json.loads(case["output"])
     except (ValueError, KeyError, TypeError, AttributeError):
         # Not valid JSON: show the raw text rather than fail (the sandbox reports the real problem).
-        return f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}" if isinstance(case, dict) else str(case)
+        if not isinstance(case, dict):
+            return str(case)
+        return f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}"
     return f"{fn_name}({', '.join(repr(a) for a in args)}) == {out!r}"
 
 
@@ -631,7 +630,8 @@ def retrieval_text(retrieval, exemplar=None, max_field_chars=600):
     if exemplar is not None:
         exemplars = exemplars[exemplar:exemplar + 1]
     parts = [f"Similar problem {i}: {_clip(ex.get('problem') or '(not given)', max_field_chars)}\n"
-             f"Its plan: {_clip(ex.get('plan') or '(not given)', max_field_chars)}" for i, ex in enumerate(exemplars, 1)]
+             f"Its plan: {_clip(ex.get('plan') or '(not given)', max_field_chars)}"
+             for i, ex in enumerate(exemplars, 1)]
     algorithm, tutorial = retrieval.get("algorithm", ""), retrieval.get("tutorial", "")
     if algorithm or tutorial:
         parts.append(f"Relevant algorithm: {_clip(algorithm or '(not named)', 200)}"
@@ -1189,7 +1189,8 @@ def _one_shot(prompt_fn, keep_reasoning):
     return method
 
 
-def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
+def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent,
+                  **_):
     """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
     with agent("planner"):
         raw = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
@@ -1361,13 +1362,13 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     step = batch_size or max(1, len(problems))
+    agent = agent or (lambda role: contextlib.nullcontext())
     out = []
     for start in range(0, len(problems), step):
         out += METHODS[method](
             model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
             max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-            agent=agent or (lambda role: contextlib.nullcontext()), pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
-            mapcoder_t=mapcoder_t,
+            agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t,
         )
     return out
 
