@@ -1316,7 +1316,8 @@ def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_ma
             with agent(role):
                 texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
             for r, ts in zip(group, texts):
-                state[r].update(program=_code_attempt(ts[0], problem_of(r)).program, raw=ts[0])
+                p = problem_of(r)
+                state[r].update(program=extract_code(ts[0], p.kind, p.entry_point), raw=ts[0])
                 if role == "debugger":
                     state[r]["rounds"] += 1
                     state[r]["total"] += 1
