@@ -1348,30 +1348,23 @@ METHODS = {
 
 
 def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
-               seed=0, agent=None, pool=None, repair_rounds=2, batch_size=None, mapcoder_k=MAPCODER_K,
-               mapcoder_t=MAPCODER_T):
+               seed=0, agent=None, pool=None, repair_rounds=2, mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T):
     """Run one inference method on problems: n Attempts per problem, in problem order.
 
     method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
     by all stages, so a run is reproducible. agent(role) -> a context manager that switches to that role's LoRA
     adapter ("planner", "coder"; "retriever", "debugger" for mapcoder), e.g. `lambda role:
     grpo.use_adapter(model, names[role])`; default: the base model plays every role. pool: a sandbox.SandboxPool
-    for "reflexion" and "mapcoder" (they run public tests). batch_size: problems per chunk of `sample` calls
-    (None = all; bounds memory). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars, debug rounds per plan.
+    for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars,
+    debug rounds per plan. The caller chunks the problems (evaluate.py's --batch-size) to bound memory.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-    step = batch_size or max(1, len(problems))
-    agent = agent or (lambda role: contextlib.nullcontext())
-    out = []
-    for start in range(0, len(problems), step):
-        out += METHODS[method](
-            model, tokenizer, problems[start:start + step], n=n, temperature=temperature,
-            max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-            agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t,
-        )
-    return out
+    return METHODS[method](model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
+                           plan_max_new_tokens=plan_max_new_tokens, generator=generator,
+                           agent=agent or (lambda role: contextlib.nullcontext()), pool=pool,
+                           repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t)
 
 
 # The roles as train.py's rollout sees them, one row per role: how to prompt it given the problem and what the roles
