@@ -304,14 +304,6 @@ def test_same_seed_same_attempts(tiny):
     assert run(1) == run(1)
 
 
-def test_batch_size_chunks_problems(tiny, monkeypatch):
-    model, tok = tiny
-    calls = _record_sample(monkeypatch)
-    out = roles.run_method("direct", model, tok, [assert_problem(i) for i in range(3)], n=1, temperature=1.0,
-                           batch_size=2, **TOKENS)
-    assert [len(c[0]) for c in calls] == [2, 1] and len(out) == 3
-
-
 def test_unknown_method_is_a_clear_error(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="unknown method"):

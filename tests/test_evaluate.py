@@ -287,3 +287,13 @@ def test_time_estimate_is_printed_before_the_run(tiny_model_dir, mbpp_path, tmp_
                                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "estimate: ~" in out and out.index("estimate") < out.index("summary:")
+
+
+def test_batch_size_chunks_the_problems(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
+    # --batch-size bounds memory: run_method sees at most that many problems at once, and every problem is written.
+    sizes, real = [], evaluate.agents.run_method
+    monkeypatch.setattr(evaluate.agents, "run_method", lambda m, mo, t, probs, **kw: sizes.append(len(probs))
+                        or real(m, mo, t, probs, **kw))
+    assert evaluate.main(FAST + ["--limit", "3", "--method", "direct", "--batch-size", "2", "--model", tiny_model_dir,
+                                 "--data", mbpp_path, "--out", str(tmp_path)]) == 0
+    assert sizes == [2, 1] and len(evaluate.read_records(str(tmp_path / "direct.jsonl"))) == 3
