@@ -531,6 +531,7 @@ def run(args) -> str:
     """Steps 1-6 of the evaluation; returns the path of summary.json (None on ranks > 0). Raises UsageError on bad
     inputs, before anything is written."""
     methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
+    args.adapters = parse_adapters(args.adapter)
     out_dir = args.out or default_out_dir(args)
     problems = load_problems(args)
     rank, world = grpo.rank_and_world()
@@ -540,7 +541,6 @@ def run(args) -> str:
 
     # 2. Adapters exist; results already in the out dir were made with the same settings (resume). The rows:
     # one per method, or one per adapter combination of an ablated method (--ablate).
-    args.adapters = parse_adapters(args.adapter)
     rows = plan_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
     writable_out_dir(out_dir)
     settings_path = os.path.join(out_dir, "settings.json")

@@ -161,6 +161,24 @@ def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
         assert json.load(f)["planner_adapter"] == str(tmp_path / "planner")
 
 
+def test_default_out_dir_without_and_with_adapters(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
+    # No --out: runs/eval/<bench>-<split>-<model>-n<N>-t<T>, plus -a<hash of the adapter paths> when adapters are given.
+    import agents
+    import grpo
+
+    model, _ = agents.load_model(tiny_model_dir, dtype="float32")
+    grpo.add_lora(model, "coder", r=2)
+    grpo.save_adapter(model, "coder", str(tmp_path / "coder"))
+    monkeypatch.chdir(tmp_path)
+    argv = FAST + ["--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path]
+    assert evaluate.main(argv) == 0
+    assert evaluate.main(argv + ["--adapter", f"coder={tmp_path / 'coder'}"]) == 0
+    made = sorted(os.listdir(tmp_path / "runs" / "eval"))
+    base = f"mbpp-validation-{os.path.basename(tiny_model_dir)}-n1-t0"
+    assert made[0] == base and made[1].startswith(base + "-a") and len(made) == 2
+    assert all(os.path.exists(tmp_path / "runs" / "eval" / d / "summary.json") for d in made)
+
+
 def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
     """Scoring wiring (Job fields, verdicts, metrics): MBPP's own solutions pass, a wrong one does not."""
     import types
