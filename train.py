@@ -599,10 +599,14 @@ def main(argv=None):
         sys.exit(1)
     except KeyboardInterrupt:
         ckpts = checkpoint_dirs(args.out)
-        where = f"last checkpoint: {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
-        again = shlex.join(sys.argv[1:] if argv is None else argv)
-        print(f"\ninterrupted: {where}; resume with: python train.py {again}"
-              + ("" if args.resume else " --resume"), file=sys.stderr)
+        words = list(sys.argv[1:] if argv is None else argv)
+        if ckpts:
+            again = shlex.join(words + ([] if args.resume else ["--resume"]))
+            print(f"\ninterrupted: last checkpoint: {ckpts[-1]}; resume with: python train.py {again}", file=sys.stderr)
+        else:  # --resume would find nothing to continue: the same command starts again
+            again = shlex.join([w for w in words if w != "--resume"])
+            print(f"\ninterrupted before the first checkpoint (nothing to resume); start again with: python train.py "
+                  f"{again}", file=sys.stderr)
         sys.exit(130)
     except OSError as e:  # disk full, --out made read-only during the run, ...
         fail(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with --resume)")

@@ -238,3 +238,22 @@ def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tiny_model_dir, t
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "last checkpoint:" in err and "--resume" in err
     assert len([line for line in err.splitlines() if "interrupted" in line]) == 1
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tiny_model_dir, toy_mbpp, tmp_path):
+    # --resume would fail there (no checkpoint): the message gives the command that works, and it does.
+    out = tmp_path / "run"
+    argv = toy_argv(tiny_model_dir, out, 200, toy_mbpp) + ["--save-every", "1000"]
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not os.path.exists(out / "metrics.jsonl") and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    line = next(line for line in err.splitlines() if "interrupted" in line)
+    assert proc.returncode == 130 and "Traceback" not in err and "--resume" not in line, err
+    assert "start again with: python train.py" in line
+    again = line.split("python train.py ", 1)[1].split() + ["--num-steps", "1"]
+    train.main(again)
+    assert [json.loads(x)["step"] for x in open(out / "metrics.jsonl")] == [1]
