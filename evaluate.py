@@ -540,8 +540,8 @@ def run(args) -> str:
     say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
     say(time_estimate(methods, len(problems), args.n))
 
-    # 2. Adapters exist; results already in the out dir were made with the same settings (resume). The rows:
-    # one per method, or one per adapter combination of an ablated method (--ablate).
+    # 2. The rows (one per method, or one per adapter combination of an ablated method: --ablate); results already in
+    # the out dir were made with the same settings (resume). The adapters were checked by parse_adapters above.
     rows = plan_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
     writable_out_dir(out_dir)
     settings_path = os.path.join(out_dir, "settings.json")

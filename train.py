@@ -367,14 +367,16 @@ def eval_path(out, step):
     return os.path.join(out, "eval", f"step_{step:06d}.jsonl")
 
 
-def read_eval(out, step, method):
-    """{task_id: passed} of `method` in the held-out evaluation written at `step` ({} when there is none)."""
+def read_eval(out, step):
+    """{method: {task_id: passed}} of the held-out evaluation written at `step` ({} when there is none)."""
     path = eval_path(out, step)
     if not os.path.exists(path):
         return {}
+    out = {}
     with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return {r["task_id"]: r["passed"] for r in rows if r["method"] == method}
+        for r in (json.loads(line) for line in f if line.strip()):
+            out.setdefault(r["method"], {})[r["task_id"]] = r["passed"]
+    return out
 
 
 def held_out_eval(run, step):
@@ -390,8 +392,9 @@ def held_out_eval(run, step):
     frozen_coder = STAGES[args.stage]["train"] != "coder"
     out, rows = {}, []
     t0 = time.time()
+    at_start = read_eval(args.out, 0) if step > 0 else {}  # step 0's rows: the cached direct run and McNemar's pairs
     for method in dict.fromkeys((helper, "direct")):
-        cached = read_eval(args.out, 0, method) if (method == "direct" and frozen_coder and step > 0) else {}
+        cached = at_start.get(method, {}) if (method == "direct" and frozen_coder) else {}
         if cached and all(p.id in cached for p in problems):
             passed = [cached[p.id] for p in problems]
             rows += [dict(task_id=p.id, method=method, passed=ok, cached_from_step=0)
@@ -414,18 +417,17 @@ def held_out_eval(run, step):
             if method != "direct":
                 out.update(plan_stats([r["plan"] for r in new], prefix="eval_"))
         out[eval_key(method)] = sum(passed) / max(1, len(passed))
-        if method == helper and step > 0:
+        start = at_start.get(method) if method == helper else None
+        if start:
             # Paired with step 0 on the same problems: b = solved now only, c = solved at step 0 only.
-            start = read_eval(args.out, 0, method)
-            if start:
-                now = dict(zip((p.id for p in problems), passed))
-                b = sum(1 for t, ok in now.items() if ok and t in start and not start[t])
-                c = sum(1 for t, ok in now.items() if not ok and start.get(t))
-                out.update(eval_gained=b, eval_lost=c, eval_mcnemar_p=rewards.mcnemar_exact(b, c))
+            now = dict(zip((p.id for p in problems), passed))
+            b = sum(1 for t, ok in now.items() if ok and t in start and not start[t])
+            c = sum(1 for t, ok in now.items() if not ok and start.get(t))
+            out.update(eval_gained=b, eval_lost=c, eval_mcnemar_p=rewards.mcnemar_exact(b, c))
     if helper != "direct":
         out["eval_cg"] = rewards.collaboration_gain(out[eval_key(helper)], out["eval_pass1_direct"])
     out["t_eval"] = time.time() - t0
-    if grpo.rank_and_world()[0] != 0:
+    if not run.lead:
         return out       # rank 0 writes the rows
     os.makedirs(os.path.join(args.out, "eval"), exist_ok=True)
     with open(eval_path(args.out, step) + ".tmp", "w") as f:
@@ -615,11 +617,9 @@ def main(argv=None):
 def check_out_dir(args):
     """--out must be a writable directory (created if missing); --resume needs a checkpoint in it, a new run none."""
     try:
-        os.makedirs(args.out, exist_ok=True)
-    except OSError as e:
-        fail(f"--out {args.out}: cannot create it ({e.strerror})")
-    if not os.access(args.out, os.W_OK | os.X_OK):
-        fail(f"--out {args.out}: not writable; pass another --out")
+        evaluate.writable_out_dir(args.out)
+    except evaluate.UsageError as e:
+        fail(str(e))
     if args.resume and not checkpoint_dirs(args.out):
         fail(f"--resume: no checkpoint in {args.out} (nothing to continue); drop --resume to start a new run there")
     if not args.resume and checkpoint_dirs(args.out):
