@@ -251,10 +251,11 @@ def check_args(args):
         fail(f"--mapcoder-t must be >= 0, got {args.mapcoder_t}")
     if args.temperature <= 0:
         fail("--temperature must be > 0: GRPO needs different samples within a group")
-    # Adapters are checked before anything slow happens (bad input loses nothing).
+    # Adapters and benchmark options are checked before anything slow happens (bad input loses nothing).
     try:
         args.adapters = evaluate.parse_adapters(args.adapter)
-    except evaluate.UsageError as e:
+        args.bench_kwargs = data.parse_bench_options(args.bench, args.bench_option)
+    except (evaluate.UsageError, ValueError) as e:
         fail(str(e))
     if args.stage == "coder" and "planner" not in args.adapters:
         args.adapters["planner"] = os.path.join("runs", "planner", "final", "planner")
@@ -676,9 +677,9 @@ def set_up(args, pool, rank, world):
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     try:
-        options = data.parse_bench_options(args.bench, args.bench_option)
-        train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
-        eval_set = data.load(args.bench, path=args.data, split=args.eval_split, limit=args.eval_limit, **options) \
+        train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **args.bench_kwargs)
+        eval_set = data.load(args.bench, path=args.data, split=args.eval_split, limit=args.eval_limit,
+                             **args.bench_kwargs) \
             if args.eval_every > 0 else []
     except (FileNotFoundError, ValueError, KeyError) as e:
         fail(str(e))

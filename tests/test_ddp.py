@@ -14,6 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import data
+
 pytestmark = pytest.mark.ddp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = ("t_sample", "t_execute", "t_reference", "t_learn", "t_eval")
@@ -111,12 +113,20 @@ def test_a_failing_rank_ends_the_job_with_its_error_line(runs, tiny_model_dir, t
     assert "error: rank 1: RuntimeError: boom on rank 1\n" in r.stderr
 
 
-def test_bad_input_under_torchrun_is_one_line_per_rank(tiny_model_dir, toy_mbpp, tmp_path):
+def test_bad_input_under_torchrun_is_one_error_line_per_reporting_rank(tiny_model_dir, toy_mbpp, tmp_path):
+    # Every rank finds the bad option, but torchrun stops the others as soon as the first exits, so how many ranks
+    # get to print is a race (CI once saw only rank 0's line). What holds: the job fails fast, at least one rank
+    # says what is wrong, and no rank says it more than once or in more than one line.
+    t0 = time.time()
     r = subprocess.run(torchrun("train.py", toy(tiny_model_dir, toy_mbpp, tmp_path) + ["--bench-option", "nope=1"]),
                        cwd=ROOT, capture_output=True, text=True, timeout=240)
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
-    assert r.returncode != 0 and sorted(line[:14] for line in lines) == ["error: rank 0:", "error: rank 1:"]
-    assert all("--bench-option nope" in line for line in lines)
+    ranks = [line[:14] for line in lines]
+    assert r.returncode != 0 and time.time() - t0 < 120
+    assert lines and set(ranks) <= {"error: rank 0:", "error: rank 1:"} and len(set(ranks)) == len(ranks)
+    assert all(line.endswith("--bench-option nope: mbpp takes " + ", ".join(data.bench_options("mbpp")))
+               for line in lines)
+    assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 
 def test_evaluate_on_two_ranks_writes_what_one_process_writes(tiny_model_dir, toy_mbpp, tmp_path):
