@@ -1367,7 +1367,7 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
                            repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t)
 
 
-# The roles as train.py's rollout sees them, one row per role: how to prompt it given the problem and what the roles
+# The roles as train.py's rollout sees them, one entry per role: how to prompt it given the problem and what the roles
 # before it produced (`ctx`, a dict with e.g. "plan"), how to parse its raw completion into ctx entries, its stop
 # strings and its token budget ("plan" = --plan-max-new-tokens, "code" = --max-new-tokens). A new agent is a new row.
 ROLES = {

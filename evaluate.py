@@ -158,7 +158,7 @@ def ablation_rows(method: str) -> list:
             for k in range(len(roles), -1, -1) for on in itertools.combinations(roles, k)]
 
 
-def plan_rows(methods: list, ablate: bool, given: set) -> list:
+def result_rows(methods: list, ablate: bool, given: set) -> list:
     """The result rows of a run: [(row name, method, roles whose adapter is switched off)].
 
     Without --ablate one row per method, all given adapters on. With it, a method of ABLATE_ROLES whose ablated
@@ -542,7 +542,7 @@ def run(args) -> str:
 
     # 2. The rows (one per method, or one per adapter combination of an ablated method: --ablate); results already in
     # the out dir were made with the same settings (resume). The adapters were checked by parse_adapters above.
-    rows = plan_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
+    rows = result_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
     writable_out_dir(out_dir)
     settings_path = os.path.join(out_dir, "settings.json")
     check_settings(settings_path, result_settings(args))

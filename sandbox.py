@@ -377,7 +377,7 @@ _FLAT_STMTS = (ast.Assert, ast.Expr, ast.Assign, ast.Import, ast.ImportFrom, ast
 
 
 @dataclass
-class _Plan:
+class _SplitTest:
     code: object = None           # compiled rewritten statement(s), run in the parent
     snippets: tuple = ()          # child-side expression sources (a lambda over `free` names when it has any)
     shown: tuple = ()             # the same, without the lambda wrapper (for feedback)
@@ -471,12 +471,12 @@ class _Splitter(ast.NodeTransformer):
 
 
 @lru_cache(maxsize=4096)
-def _plan_statement(statement: str, fn_name: str, prior_bound: frozenset) -> _Plan:
+def _split_statement(statement: str, fn_name: str, prior_bound: frozenset) -> _SplitTest:
     """Split one test statement into child snippets and a parent-side rewrite (cached)."""
     try:
         tree = ast.parse(statement, mode="exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        return _Plan(error=f"test statement does not parse: {type(e).__name__}: {e}")
+        return _SplitTest(error=f"test statement does not parse: {type(e).__name__}: {e}")
     binds = frozenset(_bound_names(tree))
     splitter = _Splitter(fn_name, prior_bound | binds)
     for stmt in tree.body:
@@ -486,7 +486,7 @@ def _plan_statement(statement: str, fn_name: str, prior_bound: frozenset) -> _Pl
     tree = ast.fix_missing_locations(splitter.visit(tree))
     modules = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in TRUSTED_MODULES
                       and n.id not in binds and n.id not in prior_bound})
-    return _Plan(code=compile(tree, "<test>", "exec"), snippets=tuple(splitter.snippets),
+    return _SplitTest(code=compile(tree, "<test>", "exec"), snippets=tuple(splitter.snippets),
                  shown=tuple(splitter.shown), free=tuple(splitter.free), binds=binds, modules=tuple(modules),
                  flat=splitter.flat and all(isinstance(s, _FLAT_STMTS) for s in tree.body))
 
@@ -556,31 +556,31 @@ def _parent_namespace(modules):
     return ns
 
 
-def _plan_job(job):
-    """Plan every case of an assert job -> (parent namespace holding the setup's data, [(offset, plan, args)]),
+def _split_job(job):
+    """Split every case of an assert job -> (parent namespace holding the setup's data, [(offset, split, args)]),
     args = per snippet the JSON text of its free names' values, or None. Cases run in order in one
     namespace (like one module): a name an earlier case binds is the parent's in later cases too."""
     setup_code, setup_names = _parent_setup(job.setup) if job.setup else (None, frozenset())
-    bound, plans = setup_names, []
+    bound, splits = setup_names, []
     for case in job.cases:
-        plans.append(_plan_statement(str(case), job.fn_name, bound))
-        bound = bound | plans[-1].binds
-    ns = _parent_namespace(sorted({m for plan in plans for m in plan.modules}))     # one per job
+        splits.append(_split_statement(str(case), job.fn_name, bound))
+        bound = bound | splits[-1].binds
+    ns = _parent_namespace(sorted({m for split in splits for m in split.modules}))     # one per job
     if setup_code is not None:
         exec(setup_code, ns)             # the setup's data, computed here (checked by _parent_setup)
     out, offset, test_bound = [], 0, frozenset()
-    for plan in plans:
-        test_bound |= plan.binds
+    for split in splits:
+        test_bound |= split.binds
         # Arguments are sent with the request, so they must be known before the run: setup data only.
-        if not plan.error and not (plan.flat and all(set(f) <= setup_names - test_bound for f in plan.free)):
-            plan = _Plan(error="test not supported: it calls the program inside a loop, comprehension, def or "
+        if not split.error and not (split.flat and all(set(f) <= setup_names - test_bound for f in split.free)):
+            split = _SplitTest(error="test not supported: it calls the program inside a loop, comprehension, def or "
                                "branch, or with a value the test computes (flatten it, as data.py does)")
         try:
-            args = tuple(encode_value(tuple(ns[n] for n in f)) if f else None for f in plan.free)
+            args = tuple(encode_value(tuple(ns[n] for n in f)) if f else None for f in split.free)
         except _Refused as e:
-            plan, args = _Plan(error=f"cannot send a test value to the program: {e}"), ()
-        out.append((offset, plan, args))
-        offset += len(plan.snippets)
+            split, args = _SplitTest(error=f"cannot send a test value to the program: {e}"), ()
+        out.append((offset, split, args))
+        offset += len(split.snippets)
     return ns, out
 
 
@@ -1502,27 +1502,27 @@ def _value_from_entry(entry, shown, stop, budget):
     raise _CandidateFailure(*_failure_verdict(entry))
 
 
-def _assert_results(ns, plans, values, stop):
+def _assert_results(ns, splits, values, stop):
     """Run each rewritten test statement in the parent namespace `ns`; candidate values come from the
     child's `values` (missing ones fail with `stop`)."""
     results, budget = [], [PARENT_BUDGET_BYTES]
-    for offset, plan, sent in plans:
-        if plan.error:
-            results.append(TestResult("error", error=plan.error))
+    for offset, split, sent in splits:
+        if split.error:
+            results.append(TestResult("error", error=split.error))
             continue
         seen = []
 
         # What the statement calls in place of each candidate sub-expression; it also records what the
         # program produced, for TestResult.got and feedback().
-        def cand(k, args=None, offset=offset, plan=plan, sent=sent, seen=seen):
+        def cand(k, args=None, offset=offset, split=split, sent=sent, seen=seen):
             if args is not None and encode_value(args) != sent[k]:
                 raise _CandidateFailure("error", "the test changed a value it passes to the program")
-            value = _value_from_entry(values.get(offset + k), plan.shown[k], stop, budget)
-            seen.append(f"{plan.shown[k]} = {_short(value)}")
+            value = _value_from_entry(values.get(offset + k), split.shown[k], stop, budget)
+            seen.append(f"{split.shown[k]} = {_short(value)}")
             return value
         ns["__cand__"] = cand
         try:
-            exec(plan.code, ns)
+            exec(split.code, ns)
             verdict, error = "passed", ""
         except AssertionError as e:
             verdict, error = "failed", (f"AssertionError: {e}" if str(e) else "")
@@ -1567,13 +1567,13 @@ def _finish(job, tests, runs, baseline_kb, error=""):
 
 def _execute_assert(worker, job):
     """The assert tests of `job`: one run; the parent runs the rewritten statements on its values."""
-    ns, plans = _plan_job(job)
-    msg = worker.run(job, snippets=[s for _, p, _ in plans for s in p.snippets],
-                     args=[a for _, _, args in plans for a in args])
+    ns, splits = _split_job(job)
+    msg = worker.run(job, snippets=[s for _, p, _ in splits for s in p.snippets],
+                     args=[a for _, _, args in splits for a in args])
     run, baseline = msg["runs"][0], msg["baseline_kb"]
     stage, values = _parse_lines(run["lines"])
     stop = _stop_reason(run, job, baseline, stage)
-    tests, error = _assert_results(ns, plans, values, stop), ""
+    tests, error = _assert_results(ns, splits, values, stop), ""
     if "failure" in stage:
         error = f"{stage['failure'].get('stage')}: {_failure_verdict(stage['failure'])[1]}"
     # A program whose top level does not complete fails every test (DESIGN rule), even `assert 1`: its run

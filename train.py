@@ -5,7 +5,7 @@ What it is: `python train.py --stage planner` trains the Planner's LoRA adapter 
 Retrieval agent (`--stage retriever`) and Debugging agent (`--stage debugger`, on problems whose Coder program fails
 a public test). Every agent is a named LoRA adapter on ONE base model in memory; the KL reference is that base with
 every adapter off (grpo.adapters_off), so no second copy exists. Rewards come only from running programs in the
-sandbox (sandbox.py) and scoring the results (rewards.py). The stages differ only by a row of the STAGES table.
+sandbox (sandbox.py) and scoring the results (rewards.py). The stages differ only by an entry of the STAGES table.
 
 One step, read top to bottom from `train()` (grpo_step -> rollout_and_score + learn, log_evaluate_checkpoint):
     1 sample     frozen roles before the trained one write once per problem, the trained role samples a group of G,
@@ -286,18 +286,18 @@ def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=Non
     test (`pool` runs them), so there may be fewer groups than problems; with none left it returns (None, [], [], []).
     generators: one torch.Generator per problem; every row descending from a problem draws from it.
     show(text) reports progress (role, rows, tokens so far) to the caller's progress bar."""
-    row = STAGES[stage]
+    stage_def = STAGES[stage]
     # A context carries its problem's generator ("_gen"); the copies made for a group's rows share it.
     probs, ctxs = list(problems), [{"_gen": g} for g in generators]
     trained = None
     downstream = 0  # roles run so far after the trained one
-    for role in row["chain"]:
-        spec = agents.ROLES[role]
-        if role == row["train"] and row.get("needs_public_failure"):
+    for role in stage_def["chain"]:
+        role_def = agents.ROLES[role]
+        if role == stage_def["train"] and stage_def.get("needs_public_failure"):
             probs, ctxs = public_failures(probs, ctxs, pool)
             if not probs:
                 return None, [], [], []
-        if role == row["train"]:
+        if role == stage_def["train"]:
             group_probs = list(probs)  # one GRPO group per problem that reaches the trained role
             k, temperature = args.group_size, args.temperature
         elif trained is None:
@@ -307,20 +307,20 @@ def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=Non
             # context, so every trained output has exactly M leaves (retriever -> planner (M) -> coder (1)).
             k, temperature = (args.downstream_samples if downstream == 0 else 1), args.downstream_temperature
             downstream += 1
-        prompts = [spec["prompt"](tokenizer, p, c) for p, c in zip(probs, ctxs)]
-        budget = args.plan_max_new_tokens if spec["budget"] == "plan" else args.max_new_tokens
+        prompts = [role_def["prompt"](tokenizer, p, c) for p, c in zip(probs, ctxs)]
+        budget = args.plan_max_new_tokens if role_def["budget"] == "plan" else args.max_new_tokens
         what = f"sampling {role}: {len(prompts) * k} x <= {budget} tokens"
         show(what)
         with agent(role):
             s = agents.sample(model, tokenizer, prompts, group_size=k, max_new_tokens=budget, temperature=temperature,
-                              top_p=args.top_p if role == row["train"] else 1.0, stop=spec["stop"],
+                              top_p=args.top_p if role == stage_def["train"] else 1.0, stop=role_def["stop"],
                               generator=[c["_gen"] for c in ctxs], progress=lambda t, n: show(f"{what} ({t}/{n})"))
         probs = [p for p in probs for _ in range(k)]
         ctxs = [dict(c) for c in ctxs for _ in range(k)]
         for c, p, text in zip(ctxs, probs, s.texts):
-            c.update(spec["parse"](text, p))
+            c.update(role_def["parse"](text, p))
             c["raw"] = text
-        if role == row["train"]:
+        if role == stage_def["train"]:
             trained = s
     return trained, probs, ctxs, group_probs
 
@@ -808,7 +808,7 @@ def grpo_step(run, step, m):
 def rollout_and_score(run, batch, generators):
     """Phases 1-3 on this rank's problems: sample, execute, reward. Returns (Samples or None, this rank's rewards,
     the step's per-sample data gathered from every rank in the step's problem order, this rank's times)."""
-    args, row = run.args, STAGES[run.args.stage]
+    args, stage_def = run.args, STAGES[run.args.stage]
     G, M = args.group_size, args.downstream_samples
     # ---- 1 sample
     t0 = time.time()
@@ -819,7 +819,7 @@ def rollout_and_score(run, batch, generators):
     # ---- 2 execute (the toy stage has nothing to run)
     t0 = time.time()
     results = [None] * len(leaf_ctxs)
-    if row["reward"] != "toy" and leaf_ctxs:
+    if stage_def["reward"] != "toy" and leaf_ctxs:
         show(run, f"executing {len(leaf_ctxs)} programs")
         results = run.pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests,
                                                    repeat=args.measure_repeats, stop_on_failure=args.stop_on_failure)
@@ -830,9 +830,9 @@ def rollout_and_score(run, batch, generators):
     rewards_mine = []
     for i in range(len(group_probs)):
         texts = samples.texts[i * G:(i + 1) * G]
-        rewards_mine += REWARDS[row["reward"]](results[i * G * M:(i + 1) * G * M], texts, G, M, args)
-    plans = [agents.clean_plan(t) for t in samples.texts] if row["train"] == "planner" and samples else []
-    gated = bool(row.get("format_gate")) and args.format_gate
+        rewards_mine += REWARDS[stage_def["reward"]](results[i * G * M:(i + 1) * G * M], texts, G, M, args)
+    plans = [agents.clean_plan(t) for t in samples.texts] if stage_def["train"] == "planner" and samples else []
+    gated = bool(stage_def.get("format_gate")) and args.format_gate
     mine = dict(rewards=rewards_mine, plans=plans, rows_per_rank=[len(rewards_mine)],
                 lens=samples.completion_mask.sum(1).tolist() if samples else [],
                 pass_rates=[r.pass_rate for r in results if r is not None],
@@ -840,7 +840,7 @@ def rollout_and_score(run, batch, generators):
                 # what a trained output's reward looks at besides efficiency: its leaves' pass rates and its format
                 keys=[(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
                        agents.plan_format_ok(plans[j]) if plans and gated else True)
-                      for j in range(len(rewards_mine))] if row["reward"] != "toy" else [])
+                      for j in range(len(rewards_mine))] if stage_def["reward"] != "toy" else [])
     # The whole step's per-sample data (one list per rank, concatenated in rank order = problem order): the metrics
     # are those of the step, whatever the number of ranks.
     parts = grpo.gather(mine)

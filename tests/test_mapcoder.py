@@ -453,15 +453,15 @@ def test_evaluate_mapcoder_reports_cg_against_direct(tiny_model_dir, mbpp_path, 
 
 
 def test_plan_rows_ablation_names_and_adapters_off():
-    rows = evaluate.plan_rows(["direct", "planner-coder"], True, {"planner", "coder"})
+    rows = evaluate.result_rows(["direct", "planner-coder"], True, {"planner", "coder"})
     assert rows == [("direct", "direct", set()),
                     ("planner-coder[planner+coder]", "planner-coder", set()),
                     ("planner-coder[planner]", "planner-coder", {"coder"}),
                     ("planner-coder[coder]", "planner-coder", {"planner"}),
                     ("planner-coder[base]", "planner-coder", {"planner", "coder"})]
-    assert evaluate.plan_rows(["planner-coder"], False, {"planner", "coder"}) == [("planner-coder", "planner-coder", set())]
+    assert evaluate.result_rows(["planner-coder"], False, {"planner", "coder"}) == [("planner-coder", "planner-coder", set())]
     with pytest.raises(evaluate.UsageError, match="--adapter coder=DIR"):
-        evaluate.plan_rows(["planner-coder"], True, {"planner"})
+        evaluate.result_rows(["planner-coder"], True, {"planner"})
 
 
 def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):

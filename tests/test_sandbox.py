@@ -167,8 +167,8 @@ def test_decoding_is_fast():
     ("assert f(1).strip() == 'a' and g(2) == [3]", "f", ("f(1).strip()", "g(2)")),
 ])
 def test_split_sends_only_candidate_subexpressions(statement, fn, snippets):
-    plan = sb._plan_statement(statement, fn, frozenset())
-    assert plan.snippets == snippets and plan.flat and not any(plan.free) and not plan.error
+    split = sb._split_statement(statement, fn, frozenset())
+    assert split.snippets == snippets and split.flat and not any(split.free) and not split.error
 
 
 def test_split_of_mbpp_asserts_never_sends_the_expected_side(mbpp_path):
@@ -179,17 +179,17 @@ def test_split_of_mbpp_asserts_never_sends_the_expected_side(mbpp_path):
         for t in row["test_list"] + row["challenge_test_list"]:
             test = ast.parse(t).body[0].test
             left = ast.unparse(test.left)
-            plan = sb._plan_statement(t, entry_point(row), frozenset())
-            assert plan.snippets and all(s in left for s in plan.snippets), (t, plan.snippets)
+            split = sb._split_statement(t, entry_point(row), frozenset())
+            assert split.snippets and all(s in left for s in split.snippets), (t, split.snippets)
 
 
 def test_loops_are_not_flat():
-    plan = sb._plan_statement("for i in range(3):\n    assert f(i) == 2 * i", "f", frozenset())
-    assert not plan.flat and plan.snippets == ("(lambda i: (f(i)))",) and plan.free == (("i",),)
+    split = sb._split_statement("for i in range(3):\n    assert f(i) == 2 * i", "f", frozenset())
+    assert not split.flat and split.snippets == ("(lambda i: (f(i)))",) and split.free == (("i",),)
 
 
-def test_unparsable_test_is_an_error_plan():
-    assert sb._plan_statement("assert f(1 ==", "f", frozenset()).error
+def test_unparsable_test_is_an_error_split():
+    assert sb._split_statement("assert f(1 ==", "f", frozenset()).error
 
 
 # ------------------------------------------------------------------------------------------------------
