@@ -9,8 +9,9 @@ evaluates only the sub-expressions that call the candidate, the parent the rest)
 untrusted code too).
 
 Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where the
-candidate runs; expected values never enter that process, nor anything of another job (each job is handled
-by a fresh fork of a server that never read a request). Values come back as tagged JSON, rebuilt type-strictly
+candidate runs; expected values never enter that process, nor anything of another job (the server it is forked
+from never holds a job's data: requests reach the runs through memfds by splice(2), replies go out by
+sendfile(2)). Values come back as tagged JSON, rebuilt type-strictly
 (exact builtin types only: an always-equal object is refused) and compared with Python's own `==`. Exit codes
 and prints are never the verdict; CPU time and peak memory come from the kernel (`wait4`), never the child.
 Isolation per run: fresh directory, scrubbed environment, rlimits, own session, wall-clock watchdog, no
@@ -727,15 +728,35 @@ def _child_harness(spec):
     _send(3, {"stage": "end"})
 
 
-def _child_main(spec, run):
+def _run_spec(run):
+    """In the child: its job, read from the job's memfd (laid out by _job_bytes); a functional or stdio run gets
+    only its own test's input (stdio: as its stdin, a memfd of its own)."""
+    fd, index = run["job"], run["index"]
+    n = int(os.pread(fd, 8, 0))
+    spec = json.loads(os.pread(fd, n, 8))
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    if spec["kind"] != "assert":
+        sizes = spec["input_sizes"]
+        data = os.pread(fd, sizes[index], 8 + n + sum(sizes[:index]))
+        if spec["kind"] == "stdio":
+            os.close(stdin)
+            stdin = _memfd_with(data)
+            os.lseek(stdin, 0, os.SEEK_SET)
+        spec["inputs"] = [data.decode("utf-8", "surrogatepass")]
+    run["stdin"] = stdin
+    return spec
+
+
+def _child_main(run):
     """Entry of the forked child. Never returns: os._exit, so no atexit handler, finaliser or buffered
     server state runs on the way out (the program's own atexit handlers neither)."""
     status = 0
     try:
         try:
+            spec = _run_spec(run)
             _child_confine(run)
         except BaseException as e:
-            _send(3, {"stage": "sandbox", **_describe_exception(e)})
+            _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             os._exit(70)
         out = (sys.stdout, sys.stderr)     # built by _fresh_stdio() in the server, now on the run's fds
         try:
@@ -797,14 +818,13 @@ class _ServerState:
                          "mount_ns": False, "minimal_root": False, "run_as": os.geteuid(),
                          "drops_to_nobody": False, "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
                          "notes": []}
-        self.pidns_fd = None      # fd of the server's own PID namespace, to return to after each fork
-        self.job_init = False     # this process is a job handler and pid 1 of the job's own PID namespace
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
         self.baseline_kb = 0
         self.baseline_rss_kb = 0  # the server's resident size when baseline_kb was measured
-        self.client = None        # _LineReader of the client channel: its end of file ends every run
+        self.client_fd = None     # the client channel (never read during a run): its hang-up ends every run
+        self.client_gone = False
         self.is_root = os.geteuid() == 0
 
 
@@ -829,7 +849,6 @@ def _enter_namespaces(st):
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 255)
     st.features.update(mode="namespaces", user_ns=not st.is_root, pid_ns=True, net_ns=True, mount_ns=True)
-    st.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _enter_isolation(mode):
@@ -939,6 +958,7 @@ def _child_confine(run):
     high = [fcntl.fcntl(run[k], fcntl.F_DUPFD, 16) for k in ("stdin", "stdout", "stderr", "results")]
     for target, fd in enumerate(high):
         os.dup2(fd, target)
+    run["on_fd3"] = True
     if _close_range(4, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     os.setsid()                                       # own session and process group
@@ -982,13 +1002,20 @@ class _LineReader:
         self.buf += chunk
 
     def read_line(self, timeout=None):
+        return self._take(lambda: self.buf.find(b"\n"), 1, timeout)
+
+    def read_bytes(self, n, timeout=None):
+        return self._take(lambda: n if len(self.buf) >= n else -1, 0, timeout)
+
+    def _take(self, find, skip, timeout):
+        """Bytes up to find() (>= 0 once they are all here), dropping `skip` more; None at end of file."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            i = self.buf.find(b"\n")
+            i = find()
             if i >= 0:
-                line = bytes(self.buf[:i])
-                del self.buf[:i + 1]
-                return line
+                data = bytes(self.buf[:i])
+                del self.buf[:i + skip]
+                return data
             if self.eof:
                 return None
             left = None if deadline is None else deadline - time.monotonic()
@@ -1074,132 +1101,133 @@ def _clear_runs_dir():
                 pass
 
 
-def _read_capped(fd, cap):
-    """Contents of a memfd the child wrote, at most `cap` bytes, whether there was more; closes fd."""
-    size = os.fstat(fd).st_size
-    data = os.pread(fd, min(size, cap), 0)
-    os.close(fd)
-    return data, size > cap
-
-
-def _kill_run(pid, own_ns):
+def _kill_run(pid):
+    """Stop a run and everything it started."""
     try:
-        if _STATE.job_init:
-            os.kill(-1, signal.SIGKILL)     # we are pid 1 here: every other process of the namespace
-        elif own_ns:
-            os.kill(pid, signal.SIGKILL)    # pid 1 of its namespace: killing it kills everything in it
+        if _STATE.features["pid_ns"]:
+            os.kill(-1, signal.SIGKILL)     # we are pid 1 of our namespace: every other process in it
         else:
             os.killpg(pid, signal.SIGKILL)  # no namespaces: what escaped with setsid survives (reported)
     except ProcessLookupError:
         pass
 
 
-def _watch(pid, own_ns, wall_limit, t0):
-    """The watchdog: wait for the child's exit, kill it at the wall limit or when the client is gone.
+def _watch(pid, wall_limit, t0):
+    """The watchdog: wait for the child's exit, kill it at the wall limit or when the client hangs up.
     Returns (limit hit or None, wait status, rusage, wall seconds). Exit codes are never a verdict."""
+    st = _STATE
     try:
         pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
     except (AttributeError, OSError):
         pidfd = None                        # older kernels: poll with wait4(WNOHANG) every 5 ms
-    client, limit_hit = _STATE.client, None
+    poller, limit_hit = select.poll(), None
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    if not st.client_gone:
+        poller.register(st.client_fd, 0)    # hang-up only: the channel is never read while a run is alive
     while True:
         left = wall_limit - (time.monotonic() - t0)
         if left <= 0 and limit_hit is None:
             limit_hit = "timeout"
-            _kill_run(pid, own_ns)
-        watch = [pidfd] if pidfd is not None else []
-        if client is not None and not client.eof:
-            watch.append(client.fd)         # a client that dies (kill -9) must not leave the run going
+            _kill_run(pid)
         timeout = max(left, 0.05) if limit_hit is None else 1.0
-        ready = select.select(watch, [], [], timeout if pidfd is not None else min(timeout, 0.005))[0]
-        if pidfd is None or pidfd in ready:
+        events = dict(poller.poll(1000 * (timeout if pidfd is not None else min(timeout, 0.005))))
+        if pidfd is None or pidfd in events:
             done, status, usage = os.wait4(pid, 0 if pidfd is not None else os.WNOHANG)
             if done:
                 if pidfd is not None:
                     os.close(pidfd)
                 return limit_hit, status, usage, time.monotonic() - t0
-        if client is not None and client.fd in ready:
-            client.fill()
-            if client.eof and limit_hit is None:
+        if st.client_fd in events and not st.client_gone:
+            st.client_gone = True           # a client that dies (kill -9) must not leave the run going
+            poller.unregister(st.client_fd)
+            if limit_hit is None:
                 limit_hit = "client_gone"
-                _kill_run(pid, own_ns)
+                _kill_run(pid)
 
 
-def _spawn_and_wait(spec, limits, stdin_bytes=None):
-    """Fork one child, watch it, kill what is left, and return raw observations.
+def _spawn_and_wait(job_fd, index, limits):
+    """Fork the run of test `index` of the job in memfd `job_fd`, watch it, stop and reap what it left, and
+    return the raw observations. What the run wrote stays in its memfds ("files"; _send_run forwards them).
 
-    stdin, stdout, stderr and the result lines are memfds, not pipes: the server is not woken for every
-    write, the program reads its input at its own pace, and what was written survives however the child
-    ends (a hang after two answered tests keeps the two answers). More than the caps reads as a flood."""
+    stdout, stderr and the result lines are memfds, not pipes: the server is not woken for every write, and
+    what was written survives however the child ends (a hang after two answered tests keeps the two answers).
+    The run is a child of this server, which is pid 1 of its PID namespace: every process the run leaves
+    behind re-parents to us, is killed when the run ends and is reaped here, so its CPU and memory count."""
     st = _STATE
     run_dir = _new_run_dir()
-    stdin_fd = os.open("/dev/null", os.O_RDONLY) if stdin_bytes is None else os.memfd_create("stdin")
-    if stdin_bytes is not None:
-        os.write(stdin_fd, stdin_bytes)
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
-    files = {"stdin": stdin_fd, **{k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}}
+    files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
-    run = dict(files, dir=run_dir, time_limit_s=limits["time_limit_s"], is_root=st.is_root,
-               address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20))
+    run = dict(files, job=job_fd, index=index, dir=run_dir, time_limit_s=limits["time_limit_s"],
+               is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20))
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
-    own_ns = st.pidns_fd is not None and not st.job_init     # a job handler's runs share its namespace
-    if own_ns:
-        _check(_libc.unshare(CLONE_NEWPID), "unshare pid")   # the next child is pid 1 of a fresh namespace
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
         raise OSError(ctypes.get_errno(), "fork failed")
     if pid == 0:
-        _child_main(spec, run)
-    if own_ns:
-        _check(_libc.setns(st.pidns_fd, CLONE_NEWPID), "setns pid")   # later forks: back to ours
-    os.close(stdin_fd)
-    limit_hit, status, usage, wall = _watch(pid, own_ns, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S, t0)
+        _child_main(run)
+    limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S, t0)
     cpu_s, maxrss_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-    if st.job_init:
-        # Orphaned helpers re-parent to us (pid 1): kill and reap every one, so that RUSAGE_CHILDREN counts
-        # their CPU and memory too (helpers still running when the program ended used to go uncounted).
-        _kill_run(pid, own_ns)
-        while True:
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_s = (after.ru_utime + after.ru_stime) - (children_before.ru_utime + children_before.ru_stime)
-        if after.ru_maxrss > children_before.ru_maxrss:
-            maxrss_kb = max(maxrss_kb, after.ru_maxrss)
-    elif st.pidns_fd is None:
+    _kill_run(pid)             # helpers still running, orphans: all of them, now
+    while st.features["pid_ns"]:
         try:
-            os.killpg(pid, signal.SIGKILL)      # leftovers in its process group
-        except (ProcessLookupError, PermissionError):
-            pass
-    results, res_over = _read_capped(files["results"], RESULT_LIMIT_BYTES)
-    out, out_over = _read_capped(files["stdout"], OUTPUT_LIMIT_BYTES)
-    err, err_over = _read_capped(files["stderr"], OUTPUT_LIMIT_BYTES)
-    if limit_hit is None and (res_over or out_over or err_over):
-        limit_hit = "output_limit"
+            _, _, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        cpu_s += usage.ru_utime + usage.ru_stime
+        maxrss_kb = max(maxrss_kb, usage.ru_maxrss)
     try:
         os.rmdir(run_dir)          # the common case: the program wrote nothing
     except OSError:
         _remove_tree(run_dir)
     if not st.is_root:
         _clear_runs_dir()
-    return {"lines": [ln.decode("utf-8", "replace") for ln in results.split(b"\n") if ln],
-            "stdout": out.decode("utf-8", "replace"), "stderr": err[-EXCERPT_CHARS:].decode("utf-8", "replace"),
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+    return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "limit": limit_hit, "cpu_s": cpu_s, "maxrss_kb": maxrss_kb, "wall_s": wall}
+
+
+def _send_run(fd, rid, obs):
+    """One run's observations as a JSON line, then its result lines, stdout and the tail of its stderr as raw
+    bytes, copied by the kernel from the run's memfds (sendfile): this server never holds what a run wrote.
+    More than the caps reads as a flood."""
+    parts, limit = [], obs["limit"]
+    for name, cap in (("results", RESULT_LIMIT_BYTES), ("stdout", OUTPUT_LIMIT_BYTES), ("stderr", OUTPUT_LIMIT_BYTES)):
+        size = os.fstat(obs["files"][name]).st_size
+        if size > cap and limit is None:
+            limit = "output_limit"
+        end = min(size, cap)
+        start = max(0, end - EXCERPT_CHARS) if name == "stderr" else 0
+        parts.append((obs["files"][name], start, end - start))
+    _send(fd, {"op": "run", "id": rid, "limit": limit, "sizes": [n for _, _, n in parts],
+               **{k: obs[k] for k in ("signal", "exit", "cpu_s", "maxrss_kb", "wall_s")}})
+    for src, offset, n in parts:
+        while n:
+            k = os.sendfile(fd, src, offset, n)
+            offset, n = offset + k, n - k
+
+
+def _close_all(fds):
+    for fd in fds:
+        os.close(fd)
+
+
+def _memfd_with(data: bytes):
+    fd = os.memfd_create("job")
+    while data:
+        data = data[os.write(fd, data):]
+    return fd
 
 
 def _measure_baseline():
     """Max RSS of a child that runs an empty program through exactly the same path, and the server's
     resident size then: when the server grew or shrank by BASELINE_DRIFT_KB since (a large job passed
     through it), every peak would carry the difference (measured: 5.6 MB on every run), so re-measure."""
-    obs = _spawn_and_wait({"kind": "assert", "program": "", "snippets": [], "args": []},
-                          {"time_limit_s": 5.0, "memory_limit_mb": 256})
+    job_fd = _memfd_with(_job_bytes({"kind": "assert", "program": "", "snippets": [], "args": []}))
+    obs = _spawn_and_wait(job_fd, 0, {"time_limit_s": 5.0, "memory_limit_mb": 256})
+    _close_all([job_fd, *obs["files"].values()])
     _STATE.baseline_kb = obs["maxrss_kb"]
     _STATE.baseline_rss_kb = _statm(1) // 1024
 
@@ -1217,7 +1245,7 @@ def _preload():
 
 
 def _serve(mode):
-    """Main loop of a fork-server worker: JSON lines in on fd 0, JSON lines out on fd 1."""
+    """Main loop of a fork-server worker: requests in on fd 0, replies out on fd 1 (_read_request, _send_run)."""
     global _STATE
     # The protocol pipes move to private fds; 0 and 1 point at /dev/null so stray prints cannot corrupt
     # the protocol and children never inherit it.
@@ -1235,73 +1263,79 @@ def _serve(mode):
     _fresh_stdio()
     gc.collect()
     gc.freeze()          # keep the warm heap out of the collector: fewer copy-on-write faults per fork
+    st.client_fd = proto_in
     _measure_baseline()
     _send(proto_out, {"op": "hello", "features": st.features, "baseline_kb": st.baseline_kb,
                       "python": sys.version.split()[0]})
-    st.client = _LineReader(proto_in)
-    # This process (the zygote) never reads a request nor sees a result: each job is handled by a fresh
-    # fork of it, so a run's memory holds nothing of any other job (a program that walked its frames or
-    # gc.get_objects() used to find the previous job's result lines and passed with a sibling's answers).
-    # With PID namespaces the handler is pid 1 of a namespace of its own: the init of its job's runs, which
-    # reaps every process they leave (their CPU counts) and whose exit kills whatever is left.
+    # This process never holds a job's data: the request's body goes from the pipe into a memfd by splice(2),
+    # the runs read it there, and what they write goes back by sendfile(2). So a run, a fork of this process,
+    # finds nothing of any other job in its memory (a program that walked gc.get_objects() once found the
+    # previous job's result lines and passed with a sibling's answers).
     while True:
-        if st.pidns_fd is not None:
-            _check(_libc.unshare(CLONE_NEWPID), "unshare pid")
-        pid = _raw_fork()
-        if pid < 0:
-            raise OSError(ctypes.get_errno(), "fork failed")
-        if pid == 0:
-            st.job_init = st.pidns_fd is not None
-            code = _HANDLER_EOF
-            try:
-                code = _handle_one(st.client, proto_out)
-            finally:
-                os._exit(code)
-        if st.pidns_fd is not None:
-            _check(_libc.setns(st.pidns_fd, CLONE_NEWPID), "setns pid")
-        _, status = os.waitpid(pid, 0)
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _HANDLER_EOF:
-            if not st.features["minimal_root"]:
-                _remove_tree(st.runs_dir)     # our temporary directory on the host
-            return
-
-
-_HANDLER_EOF = 3     # a job handler's exit status when the client closed the channel
-
-
-def _handle_one(reader, proto_out):
-    """In a fresh fork of the zygote: read one request, run it, reply. Returns the exit status."""
-    while True:
-        line = reader.read_line()
-        if line is None:
-            return _HANDLER_EOF
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if msg.get("op") == "run":
+        request = _read_request(proto_in)
+        if request is None:
             break
-    job = msg["job"]
-    if abs(_statm(1) // 1024 - _STATE.baseline_rss_kb) > BASELINE_DRIFT_KB:
-        _measure_baseline()      # before the run, from the state the run forks from
-    try:
-        limits = {"time_limit_s": float(job["time_limit_s"]), "memory_limit_mb": int(job["memory_limit_mb"])}
-        if job["kind"] == "assert":
-            runs = [_spawn_and_wait(job, limits)]
-        else:
-            runs = []        # one run per test: its own time limit, its own kernel-measured CPU time
-            for text in job["inputs"]:
-                if reader.eof:
+        header, job_fd = request
+        try:
+            if abs(_statm(1) // 1024 - st.baseline_rss_kb) > BASELINE_DRIFT_KB:
+                _measure_baseline()      # before the run, from the state the run forks from
+            limits = {"time_limit_s": float(header["time_limit_s"]),
+                      "memory_limit_mb": int(header["memory_limit_mb"])}
+            for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
+                if st.client_gone:
                     break
-                stdin = text.encode("utf-8", "surrogatepass") if job["kind"] == "stdio" else None
-                runs.append(_spawn_and_wait(dict(job, inputs=[text]), limits, stdin_bytes=stdin))
-    except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
-        _send(proto_out, {"op": "done", "id": msg.get("id"), "server_error": f"{type(e).__name__}: {e}"})
-        return 0
-    if reader.eof:
-        return _HANDLER_EOF      # the client is gone: nobody to answer
-    _send(proto_out, {"op": "done", "id": msg.get("id"), "runs": runs, "baseline_kb": _STATE.baseline_kb})
-    return 0
+                obs = _spawn_and_wait(job_fd, index, limits)
+                try:
+                    _send_run(proto_out, header["id"], obs)
+                finally:
+                    _close_all(obs["files"].values())
+            reply = {"op": "done", "id": header["id"], "baseline_kb": st.baseline_kb}
+        except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
+            reply = {"op": "done", "id": header["id"], "server_error": f"{type(e).__name__}: {e}"}
+        finally:
+            os.close(job_fd)
+        if st.client_gone:
+            break
+        _send(proto_out, reply)
+    if not st.features["minimal_root"]:
+        _remove_tree(st.runs_dir)     # our temporary directory on the host
+
+
+def _read_exact(fd, n):
+    """n bytes from fd, or None at end of file (the client closed the channel)."""
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _read_request(fd):
+    """One request: 8 digits, that many bytes of JSON header (id, runs, limits, body size: no job data), then
+    the body, moved from the pipe into a new memfd by the kernel. Returns (header, memfd) or None at EOF."""
+    size = _read_exact(fd, 8)
+    header = size and _read_exact(fd, int(size))
+    if not header:
+        return None
+    header = json.loads(header)
+    job_fd, left = os.memfd_create("job"), header["body"]
+    while left:
+        moved = os.splice(fd, job_fd, left)
+        if not moved:
+            os.close(job_fd)
+            return None
+        left -= moved
+    return header, job_fd
+
+
+def _job_bytes(req, inputs=()):
+    """A job as the server's memfd holds it: 8 digits (the size of the request's JSON), that JSON with the byte
+    size of every input, then the inputs back to back (a run reads its own only)."""
+    data = [str(t).encode("utf-8", "surrogatepass") for t in inputs]
+    head = json.dumps(dict(req, input_sizes=[len(d) for d in data])).encode()
+    return b"%08d" % len(head) + head + b"".join(data)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1334,20 +1368,22 @@ class _Worker:
             raise RuntimeError(f"sandbox worker did not start: {hello}")
         self.features, self.baseline_kb = hello["features"], hello["baseline_kb"]
 
-    def send(self, obj):
+    def send(self, data: bytes):
         try:
-            _send(self.proc.stdin.fileno(), obj)
+            while data:
+                data = data[os.write(self.proc.stdin.fileno(), data):]
         except OSError as e:
             raise _WorkerDied(f"sandbox worker pipe closed: {e}") from None
 
-    def read(self, timeout):
+    def read(self, timeout, n=None):
+        """The next JSON line, or the next n raw bytes."""
         try:
-            line = self.reader.read_line(timeout)
+            data = self.reader.read_line(timeout) if n is None else self.reader.read_bytes(n, timeout)
         except TimeoutError:
             raise _WorkerDied("sandbox worker did not answer in time") from None
-        if line is None:
+        if data is None:
             raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
-        return json.loads(line)
+        return json.loads(data) if n is None else data
 
     def stop(self, timeout=2.0):
         try:
@@ -1368,23 +1404,28 @@ class _Worker:
     def run(self, job, **extra):
         """Send `job` (no expected values, ever) and wait for its reply (raises _WorkerDied)."""
         req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
-               "setup": job.setup if job.kind != "stdio" else "", "time_limit_s": float(job.time_limit_s),
-               "memory_limit_mb": int(job.memory_limit_mb), **extra}
-        if job.kind != "assert":
-            req["inputs"] = [str(c["input"]) for c in job.cases]     # inputs only; outputs stay here
+               "setup": job.setup if job.kind != "stdio" else "", **extra}
+        inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
+        body = _job_bytes(req, inputs)
         self.next_id += 1
         rid = self.next_id          # replies carry it, so a stale reply can never be taken for this one
-        self.send({"op": "run", "id": rid, "job": req})
+        header = json.dumps({"op": "run", "id": rid, "runs": len(inputs) or 1, "body": len(body),
+                             "time_limit_s": float(job.time_limit_s), "memory_limit_mb": int(job.memory_limit_mb)})
+        self.send(b"%08d" % len(header) + header.encode() + body)
         # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
-        budget = (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(req.get("inputs", [1]))) \
-            + REPLY_SLACK_S
+        budget = (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) + REPLY_SLACK_S
+        runs = []
         while True:
             msg = self.read(budget)
-            if msg.get("op") == "done" and msg.get("id") == rid:
+            if msg.get("op") == "run":
+                results, out, err = (self.read(budget, n).decode("utf-8", "replace") for n in msg.pop("sizes"))
+                if msg.get("id") == rid:
+                    runs.append(dict(msg, lines=[ln for ln in results.split("\n") if ln], stdout=out, stderr=err))
+            elif msg.get("op") == "done" and msg.get("id") == rid:
                 break
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
-        return msg
+        return dict(msg, runs=runs)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ References: the reward-hacking reports listed in sandbox.py.
 """
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -256,20 +257,14 @@ def _pid_ns_chain(pid):
 
 
 def _pool_processes(pool):
-    """Processes inside the pool's own PID namespaces (a worker's, or a run's nested in it), other
-    than the fork servers and their job handlers: whoever else uses this machine, nothing of theirs
-    is in there."""
-    # The shim's one child (the zygote, pid 1 of the worker's namespace) and the zygote's one child, the job
-    # handler (pid 1 of the job's namespace; runs are its children). Handlers come and go between jobs:
-    # listed before and after the scan.
-    zygotes = {p for w in pool._workers for p in _children(w.proc.pid)}
-
-    def servers():
-        return zygotes | {c for z in zygotes for c in _children(z)}
-    before = servers()
-    roots = {chain[0] for chain in map(_pid_ns_chain, zygotes) if chain}
+    """Processes inside the pool's own PID namespaces other than the fork servers: whoever else uses this
+    machine, nothing of theirs is in there."""
+    # The shim's one child is the fork server, pid 1 of the worker's namespace; runs are its children and are
+    # all reaped before a reply, so between jobs nothing else may be in there.
+    servers = {p for w in pool._workers for p in _children(w.proc.pid)}
+    roots = {chain[0] for chain in map(_pid_ns_chain, servers) if chain}
     inside = {int(n) for n in os.listdir("/proc") if n.isdigit() and roots & set(_pid_ns_chain(int(n)))}
-    return inside - before - servers()
+    return inside - servers
 
 
 def _leftovers(pool, uid_before):
@@ -282,8 +277,7 @@ def _leftovers(pool, uid_before):
     if pool.isolation["drops_to_nobody"]:
         left |= _uid_processes(sb.RUN_UID) - uid_before
     for w in pool._workers:
-        handlers = _children(w.proc.pid)            # the server's job handler, waiting for the next job
-        left |= _descendants(w.proc.pid) - handlers
+        left |= _descendants(w.proc.pid)
     return left
 
 
@@ -604,6 +598,46 @@ def test_a_run_cannot_reach_what_earlier_jobs_returned(pool, name):
     results = pool.run([honest] + [sb.Job(RESIDUE[name], "assert", tests, fn_name="f")] * 5)
     assert results[0].verdict == "passed"
     assert [r.verdict for r in results[1:]] == ["failed"] * 5, [r.tests[0].got for r in results[1:]]
+
+
+# Raw memory, not objects: the scan reads its own address space around every live object (+-64 MB in 64 KB chunks,
+# through process_vm_readv, which skips what is not mapped instead of crashing; memmem, so no copy is made), freed
+# blocks and buffers outside any Python object included. It gets the needle reversed and builds it once (`b`) plus
+# one planted copy (`c`, which it must find: the scan works); chunks holding those or its read buffer are skipped,
+# so any other copy was left by an earlier job. A server holding old requests in a ctypes buffer failed this test
+# and passed the object-level ones.
+RAW_SCAN = """import ctypes, gc, os
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.memmem.restype = ctypes.c_void_p
+libc.memmem.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+buf = ctypes.create_string_buffer(1 << 16)
+def f(reversed_needle):
+    b = bytes(reversed(reversed_needle.encode()))
+    c = ctypes.create_string_buffer(b)
+    chunks = set()
+    for o in gc.get_objects():
+        chunks.update(range((id(o) >> 16) - 1024, (id(o) >> 16) + 1024))
+    found = set()
+    local = IoVec(ctypes.addressof(buf), 1 << 16)
+    for k in sorted(chunks):
+        remote = IoVec(k << 16, 1 << 16)
+        n = libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if n > 0 and libc.memmem(buf, n, b, len(b)):
+            found.add(k)
+    skip = {id(b) >> 16, (id(b) + 64) >> 16, ctypes.addressof(c) >> 16, (ctypes.addressof(c) + 64) >> 16,
+            ctypes.addressof(buf) >> 16, (ctypes.addressof(buf) >> 16) + 1}
+    return [(ctypes.addressof(c) >> 16) in found, sorted(hex(k << 16) for k in found - skip)]
+"""
+
+
+def test_no_byte_of_an_earlier_job_is_in_a_runs_memory(pool):
+    token = "zq" + "".join(random.choice("abcdefghijklmnop") for _ in range(14))   # in no run's image
+    honest = sb.Job(f"def g(x):\n    return '{token}' + str(x)\n", "assert", ["assert g(1) == 'x'"], fn_name="g")
+    assert {r.verdict for r in pool.run([honest] * pool.size)} == {"failed"}      # it ran: every worker has seen it
+    scans = pool.run([sb.Job(RAW_SCAN, "assert", [f"assert f({token[::-1]!r}) == [True, []]"], fn_name="f")] * pool.size)
+    assert [r.verdict for r in scans] == ["passed"] * pool.size, [r.tests[0].got for r in scans]
 
 
 def test_a_stdio_run_cannot_reach_earlier_inputs_or_outputs(pool):
