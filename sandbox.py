@@ -1352,10 +1352,14 @@ class _Worker:
         self.start()
 
     def start(self):
-        # A clean exec of this file (-I: no user site, no PYTHON* variables, no cwd on sys.path), in its own
-        # session so a Ctrl-C at the terminal reaches the trainer only; it ends when its stdin closes.
-        # fork+exec is safe from a process with threads (subprocess uses vfork/exec).
-        cmd = [sys.executable, "-I", os.path.abspath(__file__), "--serve", "--isolation", self.isolation]
+        # A clean interpreter (-I: no user site, no PYTHON* variables, no cwd on sys.path), in its own session so
+        # a Ctrl-C at the terminal reaches the trainer only; it ends when its stdin closes. fork+exec is safe from
+        # a process with threads (subprocess uses vfork/exec). It imports this module from its bytecode cache:
+        # run as a script, the file would be compiled first, and what compiling leaves in the heap (2 MB) made
+        # every run's fork and exit ~8% dearer.
+        here = os.path.dirname(os.path.abspath(__file__))
+        cmd = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {here!r}); import sandbox; "
+               "del sys.path[0]; sandbox._serve(sys.argv[1])", self.isolation]
         # MALLOC_ARENA_MAX: each thread's malloc arena reserves 64 MB of address space, which RLIMIT_AS
         # counts; two arenas let a program start dozens of threads, not a dozen.
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
@@ -1869,8 +1873,7 @@ def feedback(job: Job, result: ProgramResult, max_cases: int = 1) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-# CLI: `python sandbox.py PROG.py --test STMT` runs one program; `--probe` prints the active isolation;
-# `--serve` is the worker entry point.
+# CLI: `python sandbox.py PROG.py --test STMT` runs one program; `--probe` prints the active isolation.
 # ---------------------------------------------------------------------------------------------------
 def _positive_seconds(text):
     """argparse type for --time-limit: a finite number of seconds > 0 (RLIMIT_CPU needs one)."""
@@ -1896,7 +1899,6 @@ def _main(argv):
         description=__doc__.split("\n")[0],
         epilog="Exit status: 0 all tests passed, 1 a test did not pass (or the program did not complete), "
                "2 usage error.")
-    p.add_argument("--serve", action="store_true", help="(internal) run as a fork-server worker")
     p.add_argument("--isolation", default="auto", choices=["auto", "none"],
                    help="auto: user/PID/network/mount namespaces and a minimal read-only root where the kernel "
                         "allows (falls back with a warning); none: rlimits, sessions and the uid drop only "
@@ -1908,9 +1910,6 @@ def _main(argv):
                    help="CPU seconds for the program's top level and all its tests together; the wall-clock "
                         f"limit is {WALL_FACTOR:g}x this + {WALL_SLACK_S:g} s (default: %(default)s)")
     args = p.parse_args(argv)
-    if args.serve:
-        _serve(args.isolation)
-        return 0
     if args.test and not args.program:
         return _cli_fail("--test needs a PROGRAM file to run the tests against")
     program = None

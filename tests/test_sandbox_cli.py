@@ -158,6 +158,6 @@ def test_help_describes_every_flag_including_isolation_and_time_limit():
     proc = cli("--help")
     helps = option_help(proc.stdout)
     assert proc.returncode == 0
-    assert {"--isolation", "--time-limit", "--test", "--probe", "--serve", "--help"} <= set(helps)
+    assert {"--isolation", "--time-limit", "--test", "--probe", "--help"} <= set(helps)
     assert all(helps.values()), helps
     assert "namespaces" in helps["--isolation"] and "CPU seconds" in helps["--time-limit"]
