@@ -633,11 +633,14 @@ def _jsonish(x):
 _os_write = os.write
 
 
-def _send(fd, obj):
-    """One JSON line on fd (the child's results on 3, the server's replies). The reader validates it."""
-    data = (json.dumps(obj) + "\n").encode()
+def _write_all(fd, data: bytes):
     while data:
         data = data[_os_write(fd, data):]
+
+
+def _send(fd, obj):
+    """One JSON line on fd (the child's results on 3, the server's replies). The reader validates it."""
+    _write_all(fd, (json.dumps(obj) + "\n").encode())
 
 
 def _describe_exception(e):
@@ -1216,8 +1219,7 @@ def _close_all(fds):
 
 def _memfd_with(data: bytes):
     fd = os.memfd_create("job")
-    while data:
-        data = data[os.write(fd, data):]
+    _write_all(fd, data)
     return fd
 
 
@@ -1376,8 +1378,7 @@ class _Worker:
 
     def send(self, data: bytes):
         try:
-            while data:
-                data = data[os.write(self.proc.stdin.fileno(), data):]
+            _write_all(self.proc.stdin.fileno(), data)
         except OSError as e:
             raise _WorkerDied(f"sandbox worker pipe closed: {e}") from None
 
