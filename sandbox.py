@@ -737,16 +737,14 @@ def _run_spec(run):
     fd, index = run["job"], run["index"]
     n = int(os.pread(fd, 8, 0))
     spec = json.loads(os.pread(fd, n, 8))
-    stdin = os.open(os.devnull, os.O_RDONLY)
+    run["stdin"] = os.open(os.devnull, os.O_RDONLY) if spec["kind"] != "stdio" else None
     if spec["kind"] != "assert":
         sizes = spec["input_sizes"]
         data = os.pread(fd, sizes[index], 8 + n + sum(sizes[:index]))
         if spec["kind"] == "stdio":
-            os.close(stdin)
-            stdin = _memfd_with(data)
-            os.lseek(stdin, 0, os.SEEK_SET)
+            run["stdin"] = _memfd_with(data)
+            os.lseek(run["stdin"], 0, os.SEEK_SET)
         spec["inputs"] = [data.decode("utf-8", "surrogatepass")]
-    run["stdin"] = stdin
     return spec
 
 
@@ -1334,12 +1332,17 @@ def _read_request(fd):
     return header, job_fd
 
 
+def _framed(obj) -> bytes:
+    """obj as JSON, preceded by its size in 8 digits (how a request and a job's memfd begin)."""
+    data = json.dumps(obj).encode()
+    return b"%08d" % len(data) + data
+
+
 def _job_bytes(req, inputs=()):
-    """A job as the server's memfd holds it: 8 digits (the size of the request's JSON), that JSON with the byte
-    size of every input, then the inputs back to back (a run reads its own only)."""
+    """A job as the server's memfd holds it: the request, _framed, with the byte size of every input, then the
+    inputs back to back (a run reads its own only)."""
     data = [str(t).encode("utf-8", "surrogatepass") for t in inputs]
-    head = json.dumps(dict(req, input_sizes=[len(d) for d in data])).encode()
-    return b"%08d" % len(head) + head + b"".join(data)
+    return _framed(dict(req, input_sizes=[len(d) for d in data])) + b"".join(data)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1416,9 +1419,9 @@ class _Worker:
         body = _job_bytes(req, inputs)
         self.next_id += 1
         rid = self.next_id          # replies carry it, so a stale reply can never be taken for this one
-        header = json.dumps({"op": "run", "id": rid, "runs": len(inputs) or 1, "body": len(body),
-                             "time_limit_s": float(job.time_limit_s), "memory_limit_mb": int(job.memory_limit_mb)})
-        self.send(b"%08d" % len(header) + header.encode() + body)
+        self.send(_framed({"op": "run", "id": rid, "runs": len(inputs) or 1, "body": len(body),
+                           "time_limit_s": float(job.time_limit_s), "memory_limit_mb": int(job.memory_limit_mb)})
+                  + body)
         # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
         budget = (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) + REPLY_SLACK_S
         runs = []
