@@ -26,7 +26,6 @@ import argparse
 import ast
 import collections
 import contextlib
-import dataclasses
 import io
 import json
 import multiprocessing
@@ -278,7 +277,7 @@ def main():
             time.sleep(0.2)
             runs = [pool.run([job])[0] for _ in range(args.cv_runs)]
             # What the Planner reward uses: the least of train.py's --measure-repeats (3) runs of a program.
-            job3 = dataclasses.replace(job, repeat=3)
+            job3 = job._replace(repeat=3)
             runs3 = [pool.run([job3])[0] for _ in range(args.cv_runs)]
         finally:
             busy.kill()
