@@ -50,8 +50,8 @@ import sys
 import threading
 import time
 import warnings
-from typing import NamedTuple
 from functools import lru_cache
+from typing import NamedTuple
 
 # ---------------------------------------------------------------------------------------------------
 # Limits. Each is our choice (the paper's harness is unknown); the reason is on the line.
