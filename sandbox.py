@@ -1386,6 +1386,9 @@ class _Worker:
                                      start_new_session=True, close_fds=True, bufsize=0)
         self.reader = _LineReader(self.proc.stdout.fileno())
         self.next_id = 0
+        # A request sent while the server runs the one before must fit in the pipe beside it: the server reads
+        # neither until that run ends, and this process may be writing while the server writes its reply.
+        self.pipe_room = fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_GETPIPE_SZ) // 2
         hello = self.read(60.0)
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
@@ -1425,16 +1428,26 @@ class _Worker:
         self.start()
 
     def run(self, job, **extra):
-        """Send `job` (no expected values, ever) and wait for its reply (raises _WorkerDied)."""
+        """Send `job` and wait for its reply (raises _WorkerDied)."""
+        rid, budget, data = self.request(job, **extra)
+        self.send(data)
+        return self.collect(rid, budget)
+
+    def request(self, job, **extra):
+        """`job` as the bytes of a request (no expected values, ever), its id and how long its reply may take."""
         req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
                "setup": job.setup if job.kind != "stdio" else "", **extra}
         inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
         body = _job_bytes(req, inputs)
         self.next_id += 1
         rid = self.next_id          # replies carry it, so a stale reply can never be taken for this one
-        self.send(_request_header(rid, len(inputs) or 1, len(body), job.time_limit_s, job.memory_limit_mb) + body)
         # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
         budget = (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) + REPLY_SLACK_S
+        return rid, budget, _request_header(rid, len(inputs) or 1, len(body), job.time_limit_s,
+                                            job.memory_limit_mb) + body
+
+    def collect(self, rid, budget):
+        """The reply to request `rid`: its runs (results, stdout, stderr) and the server's baseline."""
         runs = []
         while True:
             msg = self.read(budget)
@@ -1629,9 +1642,19 @@ def _finish(job, tests, runs, baseline_kb, error=""):
 
 def _execute_assert(worker, job):
     """The assert tests of `job`: one run; the parent runs the rewritten statements on its values."""
+    ns, splits, extra = _assert_request(job)
+    return _judge_assert(job, ns, splits, worker.run(job, **extra))
+
+
+def _assert_request(job):
+    """The split of `job`'s tests: (parent namespace, splits, what the child evaluates: snippets and arguments)."""
     ns, splits = _split_job(job)
-    msg = worker.run(job, snippets=[s for _, p, _ in splits for s in p.snippets],
-                     args=[a for _, _, args in splits for a in args])
+    return ns, splits, {"snippets": [s for _, p, _ in splits for s in p.snippets],
+                        "args": [a for _, _, args in splits for a in args]}
+
+
+def _judge_assert(job, ns, splits, msg):
+    """`job`'s ProgramResult from its run's reply."""
     run, baseline = msg["runs"][0], msg["baseline_kb"]
     stage, values = _parse_lines(run["lines"])
     stop = _stop_reason(run, job, baseline, stage)
@@ -1817,8 +1840,7 @@ class SandboxPool:
                 runs.append(_execute_on(worker, job))
         except _WorkerDied as e:
             worker.restart()
-            return ProgramResult("error", [TestResult("error", error=str(e)) for _ in job.cases], 0, len(job.cases),
-                                 0.0, 0.0, 0, error=str(e))
+            return _died(job, e)
         if len(runs) == 1:
             return runs[0]
         cpu_runs = tuple(r.cpu_s for r in runs)
@@ -1834,21 +1856,85 @@ class SandboxPool:
             if job.kind not in ("assert", "functional", "stdio"):
                 raise ValueError(f"unknown job kind {job.kind!r} (expected assert, functional or stdio)")
 
-        def on_a_worker(job):
-            worker = self._idle.get()
+        results, todo = [None] * len(jobs), collections.deque(enumerate(jobs))
+
+        def take():
             try:
-                return self._run_one(worker, job)
-            finally:
-                self._idle.put(worker)
+                return todo.popleft()          # atomic: each job goes to one worker, in order
+            except IndexError:
+                return None
 
         # One client thread per busy worker: each blocks on its worker's pipe, so the GIL is free while the
-        # workers run; jobs are handed out in order. A bug on our side is re-raised here, never lost.
+        # workers run. A bug on our side is re-raised here, never lost.
         n = min(len(self._workers), len(jobs))
         if n <= 1:
-            return [on_a_worker(job) for job in jobs]
+            self._drive(take, results)
+            return results
         import concurrent.futures      # client-only: see "Records"
         with concurrent.futures.ThreadPoolExecutor(n) as threads:
-            return list(threads.map(on_a_worker, jobs))
+            list(threads.map(lambda _: self._drive(take, results), range(n)))
+        return results
+
+    def _drive(self, take, results):
+        """One worker's share of a batch. An assert job's request goes to the server while the job before it still
+        runs, so the server never waits for this process to judge a reply and send the next (measured: ~0.3 ms a
+        job, the GIL and two wake-ups). Other jobs choose their next request from the last reply (repeat, the
+        chunks of stop_on_failure, checker runs): they go one at a time."""
+        worker = self._idle.get()
+        sent = collections.deque()       # _Sent assert jobs the server has, oldest first (at most two)
+        try:
+            while True:
+                item = take()
+                if item is None or item[1].kind != "assert" or int(item[1].repeat) > 1:
+                    while sent:
+                        self._judge_oldest(worker, sent, results)
+                    if item is None:
+                        return
+                    results[item[0]] = self._run_one(worker, item[1])
+                    continue
+                ns, splits, extra = _assert_request(item[1])
+                rid, budget, data = worker.request(item[1], **extra)
+                if sent and len(data) > worker.pipe_room:
+                    self._judge_oldest(worker, sent, results)
+                sent.append(_Sent(*item, ns, splits, extra, rid, budget))
+                self._send(worker, data, sent, results)
+                if len(sent) > 1:
+                    self._judge_oldest(worker, sent, results)
+        finally:
+            self._idle.put(worker)       # after a bug on our side, replies still coming are stale: never taken
+
+    def _send(self, worker, data, sent, results):
+        """Send the request of sent[-1]. A closed pipe means the server died running the jobs before it: they are
+        errors, the worker restarts and this job goes to the new one."""
+        try:
+            worker.send(data)
+        except _WorkerDied as e:
+            ticket = sent.pop()
+            while sent:
+                older = sent.popleft()
+                results[older.index] = _died(older.job, e)
+            worker.restart()
+            sent.append(self._resent(worker, ticket))
+
+    def _judge_oldest(self, worker, sent, results):
+        ticket = sent.popleft()
+        try:
+            msg = worker.collect(ticket.rid, ticket.budget)
+        except _WorkerDied as e:
+            results[ticket.index] = _died(ticket.job, e)
+            worker.restart()             # the requests after it were never read: again, to the new server
+            for k in range(len(sent)):
+                sent[k] = self._resent(worker, sent[k])
+            return
+        results[ticket.index] = _judge_assert(ticket.job, ticket.ns, ticket.splits, msg)
+
+    def _resent(self, worker, ticket):
+        rid, budget, data = worker.request(ticket.job, **ticket.extra)
+        try:
+            worker.send(data)
+        except _WorkerDied:
+            pass                         # a new server that died at once: the collect reports it
+        return ticket._replace(rid=rid, budget=budget)
 
     def close(self):
         for w in self._workers:
@@ -1860,6 +1946,23 @@ class SandboxPool:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Sent(NamedTuple):
+    """An assert job whose request the worker has (SandboxPool._drive)."""
+    index: int
+    job: Job
+    ns: dict
+    splits: list
+    extra: dict
+    rid: int
+    budget: float
+
+
+def _died(job, e):
+    """The result of a job whose worker died or hung."""
+    return ProgramResult("error", [TestResult("error", error=str(e)) for _ in job.cases], 0, len(job.cases),
+                         0.0, 0.0, 0, error=str(e))
 
 
 def _clip(text, n=400):

@@ -491,6 +491,42 @@ def test_results_keep_job_order(pool):
     assert [r.verdict for r in results] == ["passed"] * 7 + ["failed"] + ["passed"] * 32
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_mixed_batch_gets_the_verdicts_of_its_jobs_run_alone(workers):
+    # Assert jobs are pipelined (the next request waits at the server while one runs); functional, stdio and
+    # repeated jobs go one at a time in between: the order and every verdict must be as if each ran alone.
+    add = "def f(x):\n    return x + 1\n"
+    jobs = []
+    for i in range(6):
+        jobs += [sb.Job(add, "assert", [f"assert f({i}) == {i + 1}"]),
+                 sb.Job(add, "assert", [f"assert f({i}) == {i}"]),
+                 sb.Job(add, "functional", [{"input": str(i), "output": str(i + 1)}], fn_name="f"),
+                 sb.Job("print(int(input()) * 2)\n", "stdio", [{"input": str(i), "output": str(2 * i + (i % 2))}]),
+                 sb.Job(add, "assert", [f"assert f({i}) == {i + 1}"], repeat=2)]
+    with sb.SandboxPool(workers) as p:
+        batch = [r.verdict for r in p.run(jobs)]
+        alone = [p.run([job])[0].verdict for job in jobs]
+    assert batch == alone
+    assert batch[:5] == ["passed", "failed", "passed", "passed", "passed"]
+    assert batch[5:10] == ["passed", "failed", "passed", "failed", "passed"]
+
+
+def test_a_large_request_after_a_large_reply_does_not_deadlock():
+    # While a run's reply (1 MB of stdout) fills the pipe back, the next request must not be one that cannot fit
+    # in the pipe in: both sides would wait for each other. Large requests wait for the job before them.
+    loud = sb.Job("print('x' * 1_000_000)\ndef f():\n    return 1\n", "assert", ["assert f() == 1"])
+    big = sb.Job("DATA = " + repr("y" * 300_000) + "\ndef f():\n    return len(DATA)\n", "assert",
+                 ["assert f() == 300000"])
+    import threading
+    results = []
+    with sb.SandboxPool(1) as p:
+        client = threading.Thread(target=lambda: results.extend(p.run([loud, big, loud, big])), daemon=True)
+        client.start()
+        client.join(30)              # a deadlock blocks in write(2), where no timeout of ours reaches
+        assert not client.is_alive(), "deadlock: the client and the server each wait for the other"
+    assert [r.verdict for r in results] == ["passed"] * 4
+
+
 def test_each_run_gets_a_fresh_directory_and_closed_stdin(pool):
     prog = "import os\ndef f():\n    seen = sorted(os.listdir('.'))\n    open('mark', 'w').close()\n    return seen\n"
     first, second = pool.run([sb.Job(prog, "assert", ["assert f() == []"])] * 2)
@@ -572,14 +608,36 @@ def test_unprivileged_path_uses_a_user_namespace(tmp_path):
     assert run.stdout.startswith("failed 1/2"), run.stdout + run.stderr
 
 
-def test_a_dead_worker_is_replaced():
+def _kill_worker_during(pool, jobs, after_s=1.0):
+    """pool.run(jobs) while the (only) worker is killed after_s seconds in."""
     import signal
+    import threading
+    out = []
+    client = threading.Thread(target=lambda: out.extend(pool.run(jobs)))
+    client.start()
+    time.sleep(after_s)
+    os.killpg(pool._workers[0].proc.pid, signal.SIGKILL)
+    client.join(60)
+    return out
+
+
+SLEEPER = "import time\ndef f():\n    time.sleep(30)\n    return 1\n"
+
+
+@pytest.mark.parametrize("kind", ["assert", "functional"])
+def test_a_worker_killed_mid_job_is_replaced_and_the_next_job_runs(kind):
+    # Assert jobs are pipelined (the next request already waits in the dead server's pipe: it must be sent again to
+    # the new one); functional jobs go one at a time. Either way: the job that was running is an error, the rest run.
+    if kind == "assert":
+        hung = sb.Job(SLEEPER, "assert", ["assert f() == 1"], time_limit_s=60)
+    else:
+        hung = sb.Job(SLEEPER, "functional", [{"input": "", "output": "1"}], fn_name="f", time_limit_s=60)
+    ok = sb.Job("def f():\n    return 1\n", "assert", ["assert f() == 1"])
     with sb.SandboxPool(1) as p:
-        os.killpg(p._workers[0].proc.pid, signal.SIGKILL)
-        job = sb.Job("def f():\n    return 1\n", "assert", ["assert f() == 1"])
-        first, second = p.run([job]), p.run([job])
-    assert first[0].verdict == "error" and "worker" in first[0].error
-    assert second[0].verdict == "passed"
+        first, second = _kill_worker_during(p, [hung, ok])
+        again = p.run([ok])
+    assert first.verdict == "error" and "worker" in first.error
+    assert second.verdict == "passed" and again[0].verdict == "passed"
 
 
 @pytest.mark.parametrize("large", ["program", "stdin"])
