@@ -1144,8 +1144,9 @@ def _watch(pid, wall_limit, t0):
 
 
 def _spawn_and_wait(job_fd, index, limits):
-    """Fork the run of test `index` of the job in memfd `job_fd`, watch it, stop and reap what it left, and
-    return the raw observations. What the run wrote stays in its memfds ("files"; _send_run forwards them).
+    """Fork the run of test `index` of the job in memfd `job_fd` under `limits` (time_limit_s, memory_limit_mb),
+    watch it, stop and reap what it left, and return the raw observations. What the run wrote stays in its
+    memfds ("files"; _send_run forwards them).
 
     stdout, stderr and the result lines are memfds, not pipes: the server is not woken for every write, and
     what was written survives however the child ends (a hang after two answered tests keeps the two answers).
@@ -1287,12 +1288,10 @@ def _serve(mode):
         try:
             if abs(_statm(1) // 1024 - st.baseline_rss_kb) > BASELINE_DRIFT_KB:
                 _measure_baseline()      # before the run, from the state the run forks from
-            limits = {"time_limit_s": float(header["time_limit_s"]),
-                      "memory_limit_mb": int(header["memory_limit_mb"])}
             for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
                 if st.client_gone:
                     break
-                obs = _spawn_and_wait(job_fd, index, limits)
+                obs = _spawn_and_wait(job_fd, index, header)
                 try:
                     _send_run(proto_out, header["id"], obs)
                 finally:
@@ -1897,24 +1896,11 @@ class SandboxPool:
                 if sent and len(data) > worker.pipe_room:
                     self._judge_oldest(worker, sent, results)
                 sent.append(_Sent(*item, ns, splits, extra, rid, budget))
-                self._send(worker, data, sent, results)
+                _post(worker, data)
                 if len(sent) > 1:
                     self._judge_oldest(worker, sent, results)
         finally:
             self._idle.put(worker)       # after a bug on our side, replies still coming are stale: never taken
-
-    def _send(self, worker, data, sent, results):
-        """Send the request of sent[-1]. A closed pipe means the server died running the jobs before it: they are
-        errors, the worker restarts and this job goes to the new one."""
-        try:
-            worker.send(data)
-        except _WorkerDied as e:
-            ticket = sent.pop()
-            while sent:
-                older = sent.popleft()
-                results[older.index] = _died(older.job, e)
-            worker.restart()
-            sent.append(self._resent(worker, ticket))
 
     def _judge_oldest(self, worker, sent, results):
         ticket = sent.popleft()
@@ -1930,10 +1916,7 @@ class SandboxPool:
 
     def _resent(self, worker, ticket):
         rid, budget, data = worker.request(ticket.job, **ticket.extra)
-        try:
-            worker.send(data)
-        except _WorkerDied:
-            pass                         # a new server that died at once: the collect reports it
+        _post(worker, data)
         return ticket._replace(rid=rid, budget=budget)
 
     def close(self):
@@ -1957,6 +1940,15 @@ class _Sent(NamedTuple):
     extra: dict
     rid: int
     budget: float
+
+
+def _post(worker, data):
+    """Send a request without waiting for its reply. A closed pipe (the server died) is not raised here: the
+    collect of the oldest request still out reports it, and recovers the ones after it (_judge_oldest)."""
+    try:
+        worker.send(data)
+    except _WorkerDied:
+        pass
 
 
 def _died(job, e):
