@@ -6,7 +6,8 @@ Sections, in reading order:
      group rows; all rows decode together (per-row stops, temperature / top-k / top-p, seeded generators).
   3. Roles: the prompt of each role (Planner, Coder, CoT, SCoT, repair; MapCoder's Retriever, Planner, Debugger).
   4. Extraction: completion -> plan (`clean_plan`), program (`extract_code`), retrieval, confidence.
-  5. Pipelines: `run_method` (direct, cot, scot, planner-coder, reflexion, mapcoder), `problem_job`, `ROLES`.
+  5. Pipelines: `run_method` (direct, cot, scot, planner-coder and its controls content-free-plan / other-plan,
+     reflexion, mapcoder), `problem_job`, `ROLES`.
 
 Not a serving engine (no continuous batching, paged attention or beam search), never a loss or a gradient (sampling
 runs under torch.no_grad() inside `sample`, never as a decorator, so the model stays trainable), never scoring
@@ -173,6 +174,7 @@ class Samples:
     completion_ids: torch.Tensor   # (B, T) generated tokens, right-padded with the pad id
     completion_mask: torch.Tensor  # (B, T) 1 on generated tokens INCLUDING the EOS token, 0 after
     texts: list = field(default_factory=list)  # B decoded completions (no EOS; stop string cut unless keep_stop)
+    cut: list = field(default_factory=list)  # B bools: the row ran into max_new_tokens before EOS or a stop string
 
 
 def _forward_kwargs(model, cache):
@@ -347,22 +349,24 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
         ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, P, max_new_tokens,
                                     eos_ids, pad_id, stop, temperature, top_k, top_p, generator, progress)
         del cache, fwd  # the KV cache is the largest rollout tensor; free it before the caller trains
-    texts = _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop)
+    texts, cut = _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop, max_new_tokens)
     return Samples(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=ids, completion_mask=mask,
-                   texts=texts)
+                   texts=texts, cut=cut)
 
 
-def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop):
-    """Decode each row's masked tokens, minus a final EOS token; cut at the first stop string unless keep_stop."""
+def _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop, max_new_tokens):
+    """Decode each row's masked tokens, minus a final EOS token; cut at the first stop string unless keep_stop.
+    Returns (texts, cut): cut[i] says row i ran into max_new_tokens with neither EOS nor a stop string."""
     lengths = mask.sum(-1)  # (B,)
     last = ids.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]  # (B,) last generated token
     ends_with_eos = torch.isin(last, eos_ids) & (lengths > 0)  # (B,)
     keep = (lengths - ends_with_eos.long()).tolist()  # one host sync for the whole batch
     texts = tokenizer.batch_decode([row[:k] for row, k in zip(ids.tolist(), keep)])
+    hits = [[i for i in (text.find(s) for s in stop) if i >= 0] for text in texts]
+    cut = [k == max_new_tokens and not h for k, h in zip(keep, hits)]  # an EOS would have made keep < length
     if stop and not keep_stop:
-        cuts = [[i for i in (text.find(s) for s in stop) if i >= 0] for text in texts]
-        texts = [text[: min(hits)] if hits else text for text, hits in zip(texts, cuts)]
-    return texts
+        texts = [text[: min(h)] if h else text for text, h in zip(texts, hits)]
+    return texts, cut
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -818,24 +822,94 @@ def plan_parts(plan):
 
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
-# A numbered step with at least three words: "1. Sort the list." (not "1." or "1. [5, 'FDF']").
-_STEP = re.compile(r"(?m)(?:^|\s)\d+[.)]\s+(?:[^\d\n]*?[A-Za-z]{2,}){3}")
+# A numbered step that says something: three or more words ("1. Sort the list."), or a formula / example with a
+# word ("1. Return n * (3 * n - 1) // 2."); not "1." or "1. [5, 'FDF']".
+_STEP = re.compile(r"(?m)(?:^|\s)\d+[.)]\s+(?:(?:[^\d\n]*?[A-Za-z]{2,}){3}|[^\n]*?[A-Za-z]{2,}[^\n]*?[-+*/%=<>]"
+                   r"[^\n]*?\w)")
+
+# Words any plan can say about any problem. A plan made only of these (and function words) tells the Coder nothing
+# the problem did not: "1. Read the input values given. 2. Compute the required result value. 3. Return it."
+# our choice of list: the planning vocabulary of the content-free plans in tests/test_agents.py and of the 0.5B's
+# generic plans, plus English function words; type names (list, string, int), operations (sort, sum, count) and
+# domain words (vowel, prime) are content.
+GENERIC_WORDS = frozenset("""
+a an the and or but if else then than when while until as at by for from in into of on onto to with within without
+be is are was were been being it its this that these those there here each every all any some no none not nothing
+do does done doing make makes made get gets take takes use uses using need needs needed necessary required require
+requires should must can will may might would could one first next last final finally second third step steps also
+input inputs output outputs value values result results given give gives return returns returned returning read
+reads compute computes computed computing calculate calculated calculation process processing processed perform
+performs operation operations problem problems task tasks solution solutions solve solves solved answer answers
+handle handles handled handling check checks checked case cases edge edges condition conditions conditional loop
+loops iterate iterates iteration iterations iterating needed data element elements item items variable variables
+initialize initialise initialized store stores stored function functions parameter parameters argument arguments
+implement implementation implemented understand follow following described description describe specified
+expected appropriate appropriately accordingly correct correctly valid invalid proper properly required
+way ways thing things something whatever what which who how where why based according relevant specific
+type types format formatted formats print prints produce produces provided provide provides exact exactly
+compute logic algorithm algorithms approach method methods code program programs write wanted want wants
+necessary needed until done end ends stop stops start starts begin begins over through across up down out
+just only then again more less same other another such their them they we you your our my us i he she
+ask asks asked analyze analyse carefully apply applies applied special run runs running proceed
+determine determines identify obtain obtained desired outcome general generic simple some
+""".split())
+_CONTENT = re.compile(r"[A-Za-z]{3,}|\d+|[-+*/%=<>!]=?|\[|\(|'")
 
 
-def plan_format_ok(plan, min_steps=2):
-    """A well-formed Algorithmic Thought: all four labelled parts (PLAN_SECTIONS), each with words in it, at least
-    `min_steps` numbered steps of three or more words, and no copied placeholder.
+def plan_content(plan):
+    """The content tokens of a plan: its words outside GENERIC_WORDS (lower-cased, 3+ letters), numbers, operators,
+    brackets and quotes (formulas and example values such as "[1, 2] -> 3"). A content-free plan has none or
+    almost none, whatever its labels say."""
+    text = " ".join(plan_parts(plan).values()) or plan  # the labels ("Input/Output") are not content
+    text = re.sub(r"(?m)(?:^|(?<=\s))\d+[.)](?=\s)", " ", text)  # nor is the numbering of the steps
+    return [t for t in (m.group(0).lower() for m in _CONTENT.finditer(text)) if t not in GENERIC_WORDS]
 
-    our choice of what "format" means for the Planner stage's format gate (rewards.format_gated): a gate on labels
-    and placeholders alone taught the Planner empty parts ("Steps: 1. 2. 3. 4.", "Conditions: None"), which lets
-    the Coder code alone. min_steps=2: one-step problems are rare in MBPP, and a plan is a sequence.
+
+def plan_check(plan, cut=False, min_steps=1, min_content=3):
+    """What the Planner stage's format gate says of a plan: "ok", "cut" (ran into the token budget but well formed
+    as far as it went), or the reason it is not an Algorithmic Thought: "missing parts", "placeholder", "empty
+    part", "no steps", "content-free".
+
+    our choices (rewards.format_gated applies them):
+    - all four labelled parts, each saying something (a word, or a value such as "[1, 2] -> 3"), no copied
+      placeholder: a gate on labels alone taught the Planner empty parts ("Steps: 1. 2. 3. 4.");
+    - min_steps=1 numbered step of three words or a formula: a correct one-step plan ("1. Return n * (n + 1) // 2")
+      is a plan; "1." is not;
+    - min_content=3 content tokens (`plan_content`): a plan of generic planning words ("Compute the required result
+      value") lets the Coder code alone, and a gate that accepts it pays for saying nothing;
+    - cut=True (the sample hit its token budget): parts after the last one reached may be missing, so a long
+      informative plan is not confused with a malformed one; a cut plan still needs Input/Output and Steps.
     """
     parts = plan_parts(plan)
-    if len(parts) != len(PLAN_SECTIONS) or plan_placeholders(plan):
-        return False
-    if not all(_WORD.search(text) for text in parts.values()):
-        return False
-    return len(_STEP.findall(parts["steps"])) >= min_steps
+    if plan_placeholders(plan):
+        return "placeholder"
+    reached = [s.lower() for s in PLAN_SECTIONS if s.lower() in parts]
+    need = PLAN_SECTIONS[:2] if cut else PLAN_SECTIONS
+    if any(s.lower() not in parts for s in need):
+        return "missing parts"
+    if not all(_WORD.search(t) or re.search(r"\d", t) for t in (parts[s] for s in reached)):
+        return "empty part"
+    if len(_STEP.findall(parts["steps"])) < min_steps:
+        return "no steps"
+    if len(plan_content(plan)) < min_content:
+        return "content-free"
+    return "cut" if cut and len(reached) < len(PLAN_SECTIONS) else "ok"
+
+
+def plan_format_ok(plan, cut=False):
+    """True when the format gate passes the plan (`plan_check` says "ok" or "cut")."""
+    return plan_check(plan, cut=cut) in ("ok", "cut")
+
+
+# The control plan of evaluate.py's content-free-plan method: one fixed text for every problem, well formed and
+# saying nothing about the problem. Plan information = pass@1(own plan) - pass@1(this plan): what the Planner's plans
+# tell the Coder beyond the problem itself. The format gate refuses it (plan_check: "content-free").
+CONTENT_FREE_PLAN = (
+    "Input/Output: the inputs as the problem gives them; the output it asks for.\n"
+    "Steps: 1. Read the input values given. 2. Compute the required result value. 3. Return the computed result value.\n"
+    "Conditions: handle the edge cases.\n"
+    "Loops: iterate where needed."
+)
 
 
 def _parsing_prefix(code, max_tries=64):
@@ -1145,27 +1219,32 @@ class Attempt:
     program: str  # extracted code ("" when the completion had none)
     raw: str  # the coder's raw completion
     plan: str = ""  # the thought it came from (planner-coder: the Planner's plan; cot/scot: the reasoning)
+    plan_cut: bool = False  # the Planner's completion ran into its token budget (--plan-max-new-tokens)
     rounds: int = 0  # Reflexion / MapCoder debugging rounds used to reach this program
 
 
-def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None):
-    """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts.
+def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None, with_cut=False):
+    """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts. with_cut: also return
+    cut[i][g], whether that completion ran into max_new_tokens (Samples.cut).
 
     our choice: at temperature 0 identical prompts (and the n samples of one prompt) would decode to
     identical texts, so each distinct prompt is decoded once and copied, because decoding duplicate
     rows costs compute for nothing.
     """
     if not prompts:
-        return []
+        return ([], []) if with_cut else []
     if temperature == 0:
         uniq = list(dict.fromkeys(prompts))
         s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
                    stop=stop, generator=generator)
-        text_of = dict(zip(uniq, s.texts))
-        return [[text_of[p]] * n for p in prompts]
-    s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
-               stop=stop, generator=generator)
-    return [s.texts[i * n:(i + 1) * n] for i in range(len(prompts))]  # row i*G+g = prompt i, sample g
+        of = dict(zip(uniq, zip(s.texts, s.cut)))
+        texts, cut = [[of[p][0]] * n for p in prompts], [[of[p][1]] * n for p in prompts]
+    else:
+        s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                   stop=stop, generator=generator)
+        # row i*G+g = prompt i, sample g
+        texts, cut = ([x[i * n:(i + 1) * n] for i in range(len(prompts))] for x in (s.texts, s.cut))
+    return (texts, cut) if with_cut else texts
 
 
 def _code_attempt(text, problem, plan="", rounds=0):
@@ -1189,18 +1268,53 @@ def _one_shot(prompt_fn, keep_reasoning):
     return method
 
 
+def _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent):
+    """n Planner thoughts per problem: plans[i][g] = (clean_plan of the completion, whether it was cut)."""
+    with agent("planner"):
+        raw, cut = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
+                             plan_max_new_tokens, generator, stop=list(PLANNER_STOP), with_cut=True)
+    return [[(clean_plan(t), c) for t, c in zip(ts, cs)] for ts, cs in zip(raw, cut)]
+
+
+def _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent):
+    """One Coder program per plan: plans[i] are problem i's (plan, cut) pairs; returns the Attempts grouped the same
+    way."""
+    flat = [(p, plan, cut) for p, ps in zip(problems, plans) for plan, cut in ps]  # problem-major
+    with agent("coder"):
+        texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan, _ in flat], 1,
+                          temperature, max_new_tokens, generator)
+    attempts = iter([Attempt(extract_code(ts[0], p.kind, p.entry_point), ts[0], plan, plan_cut=cut)
+                     for (p, plan, cut), ts in zip(flat, texts)])
+    return [[next(attempts) for _ in ps] for ps in plans]
+
+
 def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent,
                   **_):
     """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
-    with agent("planner"):
-        raw = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
-                        plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
-    flat = [(p, clean_plan(t)) for p, ts in zip(problems, raw) for t in ts]  # problem-major, n per problem
-    with agent("coder"):
-        texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan in flat], 1, temperature,
-                          max_new_tokens, generator)
-    attempts = [_code_attempt(ts[0], p, plan) for (p, plan), ts in zip(flat, texts)]
-    return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
+    plans = _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent)
+    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
+
+
+def content_free_plan(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, **_):
+    """Control: the Coder given CONTENT_FREE_PLAN, the same text for every problem (no Planner call). A Planner whose
+    plans do not beat it has learned to say less, not to plan."""
+    plans = [[(CONTENT_FREE_PLAN, False)] * n for _ in problems]
+    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
+
+
+def other_plan(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent,
+               donors=None, **_):
+    """Control: the Coder given another problem's plan: problem i gets the Planner's plans for donors[i]. How much
+    the Coder follows a plan (a wrong plan should hurt). donors: default the list rotated by one, a derangement;
+    evaluate.py passes the next problem of the whole evaluated list, so chunking does not change it."""
+    if donors is None:
+        if len(problems) < 2:
+            raise ValueError("other-plan needs at least 2 problems (or donors) to swap plans between")
+        donors = problems[1:] + problems[:1]
+    if len(donors) != len(problems) or any(d.id == p.id for d, p in zip(donors, problems)):
+        raise ValueError("other-plan: donors must be one other problem per problem")
+    plans = _plans(model, tokenizer, donors, n, temperature, plan_max_new_tokens, generator, agent)
+    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
 
 
 def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
@@ -1342,13 +1456,16 @@ METHODS = {
     "cot": _one_shot(cot_prompt, keep_reasoning=True),
     "scot": _one_shot(scot_prompt, keep_reasoning=True),
     "planner-coder": planner_coder,
+    "content-free-plan": content_free_plan,
+    "other-plan": other_plan,
     "reflexion": reflexion,
     "mapcoder": mapcoder,
 }
 
 
 def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
-               seed=0, agent=None, pool=None, repair_rounds=2, mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T):
+               seed=0, agent=None, pool=None, repair_rounds=2, mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T,
+               donors=None):
     """Run one inference method on problems: n Attempts per problem, in problem order.
 
     method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
@@ -1356,7 +1473,8 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
     adapter ("planner", "coder"; "retriever", "debugger" for mapcoder), e.g. `lambda role:
     grpo.use_adapter(model, names[role])`; default: the base model plays every role. pool: a sandbox.SandboxPool
     for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars,
-    debug rounds per plan. The caller chunks the problems (evaluate.py's --batch-size) to bound memory.
+    debug rounds per plan. donors: other-plan's plan source per problem. The caller chunks the problems
+    (evaluate.py's --batch-size) to bound memory.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
@@ -1364,7 +1482,7 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
     return METHODS[method](model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
                            plan_max_new_tokens=plan_max_new_tokens, generator=generator,
                            agent=agent or (lambda role: contextlib.nullcontext()), pool=pool,
-                           repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t)
+                           repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t, donors=donors)
 
 
 # The roles as train.py's rollout sees them, one entry per role: how to prompt it given the problem and what the roles

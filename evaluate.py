@@ -15,7 +15,9 @@ wires them together and keeps the books. train.py's held-out evaluation reuses `
 References: the pass@k estimator of Chen et al. 2021; APR and Collaboration Gain as in ../shared/DESIGN.md.
 
 Usage:
-  python evaluate.py --bench mbpp                                  # direct and planner-coder, greedy, with CG
+  python evaluate.py --bench mbpp         # direct, planner-coder, content-free-plan: greedy, CG and plan information
+  python evaluate.py --method planner-coder content-free-plan other-plan --split validation   # the plan controls
+  python evaluate.py --compare runs/eval/A runs/eval/B               # paired: gained / lost / McNemar p per row
   python evaluate.py --method planner-coder --adapter planner=P --adapter coder=C -n 5 --temperature 0.8
   python evaluate.py --method mapcoder --adapter retriever=R --adapter debugger=D --mapcoder-k 3 --mapcoder-t 5
   python evaluate.py --method planner-coder --ablate --adapter planner=P --adapter coder=C
@@ -41,13 +43,18 @@ from sandbox import SandboxPool
 # Roles that can carry a LoRA adapter (`--adapter ROLE=DIR`); a new agent is one more name.
 ADAPTER_ROLES = ("planner", "coder", "retriever", "debugger")
 
-# What `python evaluate.py --bench mbpp` runs: direct coding and Planner -> Coder on the same problems, so the
-# summary carries CoRe-Code's Collaboration Gain.
-DEFAULT_METHODS = ("direct", "planner-coder")
+# What `python evaluate.py --bench mbpp` runs: direct coding, Planner -> Coder and the Coder with a content-free plan
+# on the same problems, so the summary carries CoRe-Code's Collaboration Gain and plan information.
+DEFAULT_METHODS = ("direct", "planner-coder", "content-free-plan")
 
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
 # A plain dict so later methods add one line.
 CG_BASELINE = {"planner-coder": "direct", "mapcoder": "direct"}
+
+# Plan information: pass@1 with the Planner's own plans minus pass@1 with one fixed content-free plan
+# (agents.CONTENT_FREE_PLAN), on the same problems: what the plans tell the Coder beyond the problem itself. A Planner
+# can raise planner-coder pass@1 toward direct coding by saying less; only plan information > 0 shows plans that help.
+PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan"}
 
 # --ablate: the roles whose trained adapters a method's ablation switches on and off. Each combination is its own
 # row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
@@ -85,6 +92,7 @@ def sample_record(attempt, result) -> dict:
         "program": attempt.program,
         "raw": attempt.raw,
         "plan": attempt.plan,
+        "plan_cut": attempt.plan_cut,
         "rounds": attempt.rounds,
         "verdict": result.verdict,
         "passed": result.passed,
@@ -125,28 +133,81 @@ def method_metrics(records: list, n: int) -> dict:
     return out
 
 
-def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
-    """{method: [per-problem records]} -> {method: metrics}, plus `cg` where a baseline is present.
+def first_passed(records: list) -> dict:
+    """{problem id: did its first sample pass} (greedy: its only sample) -- the paired outcome of a problem."""
+    return {r["id"]: r["samples"][0]["verdict"] == "passed" for r in records if r["samples"]}
 
-    CG = pass@1(method) - pass@1(baseline) computed on the problems both methods have, so a partial
-    run of one of them never compares different problem sets. exact_apr=False (tests skipped after a
-    failure, --stop-on-failure): APR is None, since skipped tests would count as failed.
+
+def paired(a: dict, b: dict) -> dict:
+    """A paired comparison of two {problem id: passed} maps on the problems both have: gained = solved by a only,
+    lost = solved by b only, p = exact McNemar (rewards.mcnemar_exact). With n > 1 the first sample of each problem
+    stands for it (our choice: pass@1's paired test needs one outcome per problem)."""
+    common = sorted(set(a) & set(b))
+    gained = sum(1 for k in common if a[k] and not b[k])
+    lost = sum(1 for k in common if b[k] and not a[k])
+    return {"problems": len(common), "gained": gained, "lost": lost, "p": rewards.mcnemar_exact(gained, lost)}
+
+
+def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
+    """{method: [per-problem records]} -> {method: metrics}, plus `cg` and `plan_info` where their baseline is present,
+    each with its paired counts (`cg_gained`, `cg_lost`, `cg_p`; likewise `plan_info_*`).
+
+    CG = pass@1(method) - pass@1(direct), plan_info = pass@1(planner-coder) - pass@1(content-free-plan), computed on
+    the problems both rows have, so a partial run of one of them never compares different problem sets. exact_apr=False
+    (tests skipped after a failure, --stop-on-failure): APR is None, since skipped tests would count as failed.
     """
     summary = {m: method_metrics(recs, n) for m, recs in records.items()}
     if not exact_apr:
         for m in summary.values():
             m["apr"] = None
-    for method, baseline in CG_BASELINE.items():
-        if method not in records or baseline not in records:
-            continue
-        common = {r["id"] for r in records[method]} & {r["id"] for r in records[baseline]}
-        if not common:
-            continue
-        with_helper = method_metrics([r for r in records[method] if r["id"] in common], n)["pass@1"]
-        without = method_metrics([r for r in records[baseline] if r["id"] in common], n)["pass@1"]
-        summary[method]["cg"] = rewards.collaboration_gain(with_helper, without)
-        summary[method]["cg_vs"] = baseline
+    for key, baselines in (("cg", CG_BASELINE), ("plan_info", PLAN_INFO_BASELINE)):
+        for method, baseline in baselines.items():
+            if method not in records or baseline not in records:
+                continue
+            common = {r["id"] for r in records[method]} & {r["id"] for r in records[baseline]}
+            if not common:
+                continue
+            with_helper = method_metrics([r for r in records[method] if r["id"] in common], n)["pass@1"]
+            without = method_metrics([r for r in records[baseline] if r["id"] in common], n)["pass@1"]
+            pair = paired(first_passed(records[method]), first_passed(records[baseline]))
+            summary[method].update({key: with_helper - without, f"{key}_vs": baseline, f"{key}_gained": pair["gained"],
+                                    f"{key}_lost": pair["lost"], f"{key}_p": pair["p"]})
     return summary
+
+
+def row_files(path: str) -> dict:
+    """--compare's input: a results dir -> {row name: its .jsonl}, or one row's .jsonl file -> {its name: it}."""
+    if os.path.isfile(path) and path.endswith(".jsonl"):
+        return {os.path.basename(path)[:-len(".jsonl")]: path}
+    if not os.path.isdir(path):
+        raise UsageError(f"--compare {path}: not a results dir or a <row>.jsonl file")
+    rows = {name: os.path.join(path, f"{name}.jsonl") for name in all_row_names()}
+    return {name: f for name, f in rows.items() if os.path.exists(f)}
+
+
+def compare(path_a: str, path_b: str) -> str:
+    """`--compare A B`: for every row that both hold (or the two given row files), pass@1 of each on their common
+    problems and the paired counts: gained = solved in A only, lost = solved in B only, exact McNemar p. A table."""
+    a, b = row_files(path_a), row_files(path_b)
+    pairs = [(k, k) for k in a if k in b] if len(a) > 1 or len(b) > 1 else [(k, j) for k in a for j in b]
+    if not pairs:
+        raise UsageError(f"--compare: {path_a} and {path_b} hold no row in common (rows: {sorted(a)} / {sorted(b)})")
+    lines = [("row", "problems", "A pass@1%", "B pass@1%", "A-B%", "gained", "lost", "p")]
+    for ka, kb in pairs:
+        ra, rb = first_passed(read_records(a[ka])), first_passed(read_records(b[kb]))
+        pair = paired(ra, rb)
+        if not pair["problems"]:
+            continue
+        common = set(ra) & set(rb)
+        pa, pb = (100.0 * sum(r[k] for k in common) / len(common) for r in (ra, rb))
+        lines.append((ka if ka == kb else f"{ka} vs {kb}", str(pair["problems"]), f"{pa:.1f}", f"{pb:.1f}",
+                      f"{pa - pb:+.1f}", f"+{pair['gained']}", f"-{pair['lost']}", f"{pair['p']:.3g}"))
+    if len(lines) == 1:
+        raise UsageError(f"--compare: no problem in common between {path_a} and {path_b}")
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    out = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in lines]
+    return "\n".join(out[:1] + ["-" * len(out[0])] + out[1:] + [
+        "gained = solved in A only, lost = solved in B only (first sample per problem); p = exact McNemar"])
 
 
 def ablation_rows(method: str) -> list:
@@ -192,7 +253,7 @@ def all_row_names() -> list:
 def format_table(summary: dict, n: int) -> str:
     """Plain-text, aligned comparison table; rates in percent, '-' where a value does not apply."""
     cols = ["method", "problems", "pass@1%"] + (["pass@5%"] if n >= 5 else []) + \
-        ["apr%", "cpu_ms", "peak_mb", "cg%", "wall_s"]
+        ["apr%", "cpu_ms", "peak_mb", "cg%", "info%", "wall_s"]
 
     def cell(v, scale=1.0, fmt="{:.1f}"):
         return "-" if v is None else fmt.format(scale * v)
@@ -203,7 +264,7 @@ def format_table(summary: dict, n: int) -> str:
         if n >= 5:
             row.append(cell(m.get("pass@5"), 100))
         row += [cell(m["apr"], 100), cell(m["cpu_ms"], fmt="{:.2f}"), cell(m["peak_mb"], fmt="{:.2f}"),
-                cell(m.get("cg"), 100, "{:+.1f}"), cell(m["wall_s"])]
+                cell(m.get("cg"), 100, "{:+.1f}"), cell(m.get("plan_info"), 100, "{:+.1f}"), cell(m["wall_s"])]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     # Method names left-aligned, numbers right-aligned: columns of figures line up on the decimal point.
@@ -211,6 +272,14 @@ def format_table(summary: dict, n: int) -> str:
              for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def format_pairs(summary: dict) -> str:
+    """One line per paired difference in the summary (CG, plan information): points, gained / lost problems, p."""
+    return "\n".join(f"{label} of {method} (vs {m[key + '_vs']}): {100 * m[key]:+.1f} points, +{m[key + '_gained']} / "
+                     f"-{m[key + '_lost']} problems, exact McNemar p = {m[key + '_p']:.3g}"
+                     for method, m in summary.items() for key, label in (("cg", "CG"), ("plan_info", "plan information"))
+                     if key in m)
 
 
 def default_out_dir(args) -> str:
@@ -280,8 +349,8 @@ def read_records(path: str) -> list:
 # Seconds per problem on a 2-core CPU (avx512_bf16), qwen2.5-coder-0.5b-instruct in bf16, greedy, default token
 # caps; only for the rough estimate printed before a run. direct and planner-coder: the default run on all 500 MBPP
 # test problems (842 s + 2402 s); the others: README "What to expect" (50 problems, an older prompt set).
-CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-coder": 4.8, "reflexion": 10.9,
-                           "mapcoder": 41.4}
+CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-coder": 4.8, "content-free-plan": 1.9,
+                           "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
 
 
 def time_estimate(methods: list, problems: int, n: int) -> str:
@@ -341,9 +410,16 @@ def load_model_or_fail(args):
         raise UsageError(f"--model: {e}") from None
 
 
+def other_plan_donors(problems: list, chunk: list) -> list:
+    """other-plan's fixed derangement: the problem at index i of the evaluated list gets the plan written for the one
+    at i + 1 (the last gets the first's), whatever the chunking. chunk: [(index, problem)]."""
+    return [problems[(i + 1) % len(problems)] for i, _ in chunk]
+
+
 def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, temperature=0.0, seed=0,
                       max_new_tokens=512, plan_max_new_tokens=256, repair_rounds=2, mapcoder_k=agents.MAPCODER_K,
-                      mapcoder_t=agents.MAPCODER_T, repeat=1, stop_on_failure=False, show=lambda text: None):
+                      mapcoder_t=agents.MAPCODER_T, repeat=1, stop_on_failure=False, donors=None,
+                      show=lambda text: None):
     """Run `method` on the problems (n attempts each) and judge every program on its problem's hidden tests, all
     of them in one pool.run (it spreads them over the workers). Returns one list of sample_record dicts per problem,
     and the seconds spent generating and executing. train.py's held-out evaluation is this call, greedy, n = 1.
@@ -351,13 +427,14 @@ def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, t
     repeat: runs of each passing program (the sandbox keeps the min CPU time and the median peak memory); our
         choice 1 by default because pass@k and APR do not need it (--timing-repeats when comparing cpu_ms).
     stop_on_failure: skip the tests after the first failing one (functional / stdio; pass@k stays exact).
+    donors: other-plan only, the problem whose plan each problem's Coder gets (`other_plan_donors`).
     """
     show(f"generating {len(problems)} problems x n={n}")
     t0 = time.perf_counter()
     attempts = agents.run_method(method, model, tokenizer, problems, n=n, temperature=temperature,
                                  max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, seed=seed,
                                  agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
-                                 mapcoder_t=mapcoder_t) if problems else []
+                                 mapcoder_t=mapcoder_t, donors=donors) if problems else []
     t1 = time.perf_counter()
     show(f"executing {sum(map(len, attempts))} programs")
     jobs = [agents.problem_job(p, a.program, p.hidden_tests, repeat=repeat, stop_on_failure=stop_on_failure)
@@ -390,7 +467,9 @@ def parse_args(argv=None):
     p.add_argument("--method", nargs="+", default=list(DEFAULT_METHODS), choices=list(agents.METHODS) + ["all"],
                    metavar="METHOD",
                    help=f"methods to run on the same problems, from {', '.join(agents.METHODS)}, or 'all' "
-                        f"(default: {' '.join(DEFAULT_METHODS)}: the pair that shows the method, with CG)")
+                        f"(default: {' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). "
+                        "content-free-plan: the Coder given one fixed plan that says nothing; other-plan: the Coder "
+                        "given the plan of the next problem in the list")
     # --- model and adapters ---
     p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL, metavar="DIR",
                    help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
@@ -438,6 +517,9 @@ def parse_args(argv=None):
                    help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir, "
                         "plus -a<8 hex digits> when adapters are given: a hash of their paths, which settings.json "
                         "lists); re-running with the same settings resumes it")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                   help="only compare two results dirs (or two <row>.jsonl files) problem by problem and exit: per "
+                        "row pass@1 of each, gained / lost problems and the exact McNemar p; loads no model")
     args = p.parse_args(argv)
     if min(args.n, args.batch_size, args.timing_repeats, args.mapcoder_k) < 1:
         p.error("-n, --batch-size, --timing-repeats and --mapcoder-k must be >= 1")
@@ -477,13 +559,13 @@ def writable_out_dir(out_dir: str) -> None:
         raise UsageError(f"--out {out_dir}: not writable; pass another --out")
 
 
-def evaluate_row(name, method, todo, n_problems, args, model, tokenizer, agent, pool, path):
+def evaluate_row(name, method, todo, problems, args, model, tokenizer, agent, pool, path):
     """Step 5 for one row: generate + execute its remaining problems chunk by chunk. Each chunk's lines are appended
     and flushed at once, so a killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size
     problems per rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order."""
     rank, world = grpo.rank_and_world()
     # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
-    bar = tqdm(total=n_problems, initial=n_problems - len(todo), desc=name, unit="problem",
+    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc=name, unit="problem",
                disable=None if rank == 0 else True)
     for start in range(0, len(todo), args.batch_size * world):
         whole = todo[start:start + args.batch_size * world]
@@ -494,7 +576,8 @@ def evaluate_row(name, method, todo, n_problems, args, model, tokenizer, agent, 
             seed=args.seed + chunk[0][0] if chunk else 0, max_new_tokens=args.max_new_tokens,
             plan_max_new_tokens=args.plan_max_new_tokens, repair_rounds=args.repair_rounds,
             mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t, repeat=args.timing_repeats,
-            stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True))
+            stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True),
+            donors=other_plan_donors(problems, chunk) if method == "other-plan" else None)
         # Per-problem share of the chunk's time (generation is batched across problems).
         k = max(1, len(chunk))
         share = dict(gen_s=gen_s / k, exec_s=exec_s / k, wall_s=(gen_s + exec_s) / k)
@@ -525,6 +608,8 @@ def write_summary(out_dir, problems, args) -> str:
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2)
     print(format_table(summary, args.n))
+    if format_pairs(summary):
+        print(format_pairs(summary))
     return summary_path
 
 
@@ -535,6 +620,8 @@ def run(args) -> str:
     args.adapters = parse_adapters(args.adapter)
     out_dir = args.out or default_out_dir(args)
     problems = load_problems(args)
+    if "other-plan" in methods and len(problems) < 2:
+        raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
     rank, world = grpo.rank_and_world()
     say = print if rank == 0 else (lambda *a, **k: None)  # under torchrun rank 0 speaks for all
     say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
@@ -575,7 +662,7 @@ def run(args) -> str:
     with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
         for name, method, off in rows:
             agent = make_agent(model, loaded - off) if model is not None else None
-            evaluate_row(name, method, todo[name], len(problems), args, model, tokenizer, agent, pool,
+            evaluate_row(name, method, todo[name], problems, args, model, tokenizer, agent, pool,
                          os.path.join(out_dir, f"{name}.jsonl"))
     # 6. Summary (rank 0 writes it).
     return write_summary(out_dir, problems, args) if rank == 0 else None
@@ -583,6 +670,13 @@ def run(args) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.compare:
+        try:
+            print(compare(*args.compare))
+        except UsageError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
     where = f"rank {rank}: " if world > 1 else ""
     if world > 1 and args.device is None and agents.torch.cuda.is_available():

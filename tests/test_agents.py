@@ -245,7 +245,7 @@ def test_extract_code_non_string_is_empty():
 TOKENS = dict(max_new_tokens=6, plan_max_new_tokens=6)
 
 
-@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder"])
+@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "content-free-plan", "other-plan"])
 def test_method_returns_n_attempts_per_problem(tiny, method):
     model, tok = tiny
     problems = [assert_problem(0), stdio_problem(), assert_problem(2)]
@@ -287,6 +287,45 @@ def test_planner_coder_one_sample_call_per_stage_and_plans_reach_coder(tiny, mon
         attempt = out[k // 3][k % 3]
         assert f"(variant {k // 3})" in prompt and attempt.plan.startswith(roles.PLAN_PREFIX)
         assert attempt.plan in prompt
+
+
+def test_content_free_plan_gives_every_problem_the_same_fixed_plan_without_a_planner(tiny, monkeypatch):
+    model, tok = tiny
+    calls = _record_sample(monkeypatch)
+    out = roles.run_method("content-free-plan", model, tok, [assert_problem(0), assert_problem(1)], n=1,
+                           temperature=0.0, **TOKENS)
+    assert len(calls) == 1 and calls[0][2] is None  # one Coder call, no Planner call (no plan stop strings)
+    assert [a.plan for (a,) in out] == [roles.CONTENT_FREE_PLAN] * 2
+    assert all(roles.CONTENT_FREE_PLAN in prompt for prompt in calls[0][0])
+
+
+def test_other_plan_codes_each_problem_from_its_donors_plan(tiny, monkeypatch):
+    model, tok = tiny
+    calls = _record_sample(monkeypatch)
+    problems = [assert_problem(0), assert_problem(1), assert_problem(2)]
+    out = roles.run_method("other-plan", model, tok, problems, n=1, temperature=0.0, donors=problems[1:] + problems[:1],
+                           **TOKENS)
+    plan_prompts, code_prompts = calls[0][0], calls[1][0]
+    # The Planner wrote for the donors (1, 2, 0); the Coder of problem i saw problem i's statement and donor i's plan.
+    assert [f"(variant {k})" in p for k, p in zip((1, 2, 0), plan_prompts)] == [True] * 3
+    assert all(f"(variant {i})" in code_prompts[i] and out[i][0].plan in code_prompts[i] for i in range(3))
+
+
+def test_other_plan_refuses_a_problem_as_its_own_donor(tiny):
+    model, tok = tiny
+    with pytest.raises(ValueError, match="one other problem"):
+        roles.run_method("other-plan", model, tok, [assert_problem(0)], donors=[assert_problem(0)], **TOKENS)
+    with pytest.raises(ValueError, match="at least 2"):
+        roles.run_method("other-plan", model, tok, [assert_problem(0)], **TOKENS)
+
+
+def test_a_plan_that_runs_into_the_budget_is_marked_cut(tiny):
+    model, tok = tiny
+    # The tiny random model never stops within 6 tokens (no EOS, no stop string): every plan is cut at the budget.
+    (a,), = roles.run_method("planner-coder", model, tok, [assert_problem(0)], n=1, temperature=0.0, **TOKENS)
+    assert a.plan_cut
+    (b,), = roles.run_method("content-free-plan", model, tok, [assert_problem(0)], n=1, temperature=0.0, **TOKENS)
+    assert not b.plan_cut
 
 
 def test_greedy_decodes_each_distinct_prompt_once(tiny, monkeypatch):
@@ -397,8 +436,8 @@ def test_plan_format_ok_needs_all_four_parts_and_no_placeholder():
     good = ("Input/Output: a list of ints; their sum.\nSteps: 1. Start the total at zero.\n2. Add each number to it.\n"
             "Conditions: an empty list gives zero.\nLoops: over the list once.")
     assert roles.plan_format_ok(good)
-    assert not roles.plan_format_ok(good.replace("\nLoops: over the list once.", ""))  # cut at the token cap
-    assert not roles.plan_format_ok(good.replace("Add each number to it", "<next step>"))
+    assert roles.plan_check(good.replace("\nLoops: over the list once.", "")) == "missing parts"
+    assert roles.plan_check(good.replace("Add each number to it", "<next step>")) == "placeholder"
     # The untrained Planner's greedy format (the skeleton prompt with the pre-filled label) passes when filled in.
     assert roles.plan_format_ok(roles.clean_plan(" a list; the sum.\nSteps: 1. Add the numbers up.\n"
                                                  "2. Return the total sum.\nConditions: none.\nLoops: once."))
@@ -408,11 +447,86 @@ def test_plan_format_ok_needs_all_four_parts_and_no_placeholder():
     # What a Planner gated on labels alone learned to write (run planner-r1, step 24): labels without content.
     "Input/Output: (number)\nSteps: 1. 2. 3. 4.\nConditions: (number > 1)\nLoops: (number > 1)",
     "Input/Output: (5, 6, 7, 4, 9), \"FDF\"\nSteps: [5, 'FDF', 6, 'FDF']\nConditions: None\nLoops: None",
-    "Input/Output: a tuple; a dict.\nSteps: 1. Convert the tuple to a dictionary.\nConditions: None.\nLoops: None.",
     "Input/Output: a list.\nSteps: 1. Sort it now please.\n2. Return the last one.\nConditions: 4 > 0\nLoops: x",
 ])
 def test_plan_format_ok_refuses_labels_without_content(plan):
     assert not roles.plan_format_ok(plan)
+
+
+# Plans that say nothing about their problem: well formed, every part filled, and useless to the Coder. The first three
+# passed the previous gate and earned the full reward when the Coder, coding alone, passed.
+CONTENT_FREE = [
+    roles.CONTENT_FREE_PLAN,
+    "Input/Output: the input values; the result.\nSteps: 1. Read the input values given. 2. Compute the required "
+    "result value. 3. Return the computed result value.\nConditions: handle the edge cases.\nLoops: iterate as needed.",
+    "Input/Output: inputs; output.\nSteps: 1. Take the input. 2. Process the input. 3. Return the output.\n"
+    "Conditions: None\nLoops: None",
+    "Input/Output: The input is the input and the output is the output.\nSteps: 1. First do the first step of the task. "
+    "2. Then do the next step of the task. 3. Finally return what the task wants.\nConditions: There are conditions to "
+    "handle.\nLoops: There are loops to run.",
+    "Input/Output: the function's parameters; the expected output.\nSteps: 1. Understand the problem. 2. Implement the "
+    "solution. 3. Return the answer.\nConditions: check for edge cases and invalid inputs.\nLoops: loop over the data "
+    "when necessary.",
+    "Input/Output: given input; required output.\nSteps: 1. Initialize the variables. 2. Perform the required operations "
+    "on the input. 3. Return the final result.\nConditions: if the input is empty, return the default value.\n"
+    "Loops: iterate over the elements until done.",
+    "Input/Output: the input as described; the output as described.\nSteps: 1. Solve the problem step by step. 2. Return "
+    "the solution.\nConditions: as required by the problem.\nLoops: as required by the problem.",
+    "Input/Output: a value; a value.\nSteps: 1. Get the value. 2. Compute the value. 3. Output the value.\n"
+    "Conditions: None.\nLoops: None.",
+    "Input/Output: the given inputs; the correct result.\nSteps: 1. Analyze the inputs carefully. 2. Apply the "
+    "appropriate logic to them. 3. Return the correct result.\nConditions: handle all special cases properly.\n"
+    "Loops: use loops where appropriate.",
+    "Input/Output: parameters of the function; its return value.\nSteps: 1. Check the input. 2. Calculate the result "
+    "using the input. 3. Return the result.\nConditions: if the input is invalid, handle it.\nLoops: iterate over the "
+    "input if needed.",
+]
+
+# Real plans, including terse ones, a one-step formula and I/O written as example values (the previous gate failed
+# these three kinds).
+INFORMATIVE = [
+    "Input/Output: a list of ints nums; their sum.\nSteps: 1. Start the total at zero. 2. Add each number to it.\n"
+    "Conditions: an empty list gives zero.\nLoops: over the list once.",
+    "Input/Output: n; the nth pentagonal number.\nSteps: 1. Return n * (3 * n - 1) // 2.\nConditions: None.\n"
+    "Loops: None.",
+    "Input/Output: [1, 2, 3] -> 6; [] -> 0.\nSteps: 1. Sum all the elements of the list with a running total.\n"
+    "Conditions: empty list returns 0.\nLoops: one pass over the list.",
+    "Input/Output: s (str); s with every vowel removed.\nSteps: 1. Build a new string from the characters of s that are "
+    "not in 'aeiouAEIOU'.\nConditions: uppercase vowels count too.\nLoops: over the characters of s.",
+    "Input/Output: two sorted lists a, b; one merged sorted list.\nSteps: 1. Keep an index into each list. 2. Append "
+    "the smaller head and advance that index. 3. Append what is left of either list.\nConditions: one list may be "
+    "empty.\nLoops: while both indices are inside their lists.",
+    "Input/Output: n (int); True if n is prime, else False.\nSteps: 1. If n < 2 return False. 2. Try every divisor d "
+    "from 2 while d * d <= n. 3. Return False when one divides n, else True.\nConditions: n < 2 is not prime.\n"
+    "Loops: over d up to the square root of n.",
+    "Input/Output: text (str); the longest word.\nSteps: 1. Split the text on spaces. 2. Return max(words, key=len).\n"
+    "Conditions: ties keep the first word.\nLoops: none.",
+    "Input/Output: (10, 20) -> 30.\nSteps: 1. Add the two numbers.\nConditions: none.\nLoops: none.",
+    "Input/Output: a string; True if it is a palindrome.\nSteps: 1. Compare the string with its reverse.\n"
+    "Conditions: None.\nLoops: None.",
+    "Input/Output: a tuple; a dict.\nSteps: 1. Convert the tuple to a dictionary.\nConditions: None.\nLoops: None.",
+]
+
+
+@pytest.mark.parametrize("plan", CONTENT_FREE)
+def test_the_format_gate_refuses_a_content_free_plan(plan):
+    assert roles.plan_check(plan) == "content-free"
+
+
+@pytest.mark.parametrize("plan", INFORMATIVE)
+def test_the_format_gate_passes_an_informative_plan(plan):
+    assert roles.plan_check(plan) == "ok"
+
+
+def test_a_plan_cut_at_the_budget_is_its_own_case_not_malformed():
+    whole = INFORMATIVE[4]
+    cut = whole[:whole.index("\nConditions")]  # ran out of tokens after Steps
+    assert roles.plan_check(cut) == "missing parts"  # judged as complete, it would be malformed
+    assert roles.plan_check(cut, cut=True) == "cut" and roles.plan_format_ok(cut, cut=True)
+    assert roles.plan_check(whole, cut=True) == "ok"
+    # Cut before it said anything: still not a plan.
+    assert roles.plan_check("Input/Output: two sorted lists a, b; one", cut=True) == "missing parts"
+    assert roles.plan_check(CONTENT_FREE[1][:CONTENT_FREE[1].index("\nConditions")], cut=True) == "content-free"
 
 
 def test_plan_parts_splits_on_the_labels():

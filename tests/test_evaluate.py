@@ -71,6 +71,67 @@ def test_summarize_cg_is_planner_coder_minus_direct_on_common_problems():
     assert "cg" not in evaluate.summarize({"planner-coder": planner_coder}, n=1)["planner-coder"]
 
 
+def test_summarize_plan_info_is_own_plan_minus_content_free_plan_with_paired_counts():
+    own = [rec("a", ["passed"]), rec("b", ["passed"]), rec("c", ["failed"]), rec("d", ["passed"])]
+    free = [rec("a", ["failed"]), rec("b", ["passed"]), rec("c", ["passed"]), rec("d", ["failed"]), rec("x", ["passed"])]
+    s = evaluate.summarize({"planner-coder": own, "content-free-plan": free}, n=1)["planner-coder"]
+    # On {a, b, c, d}: 3/4 - 2/4; a and d solved with own plans only, c with the content-free plan only.
+    assert s["plan_info"] == pytest.approx(0.25) and s["plan_info_vs"] == "content-free-plan"
+    assert (s["plan_info_gained"], s["plan_info_lost"]) == (2, 1)
+    assert s["plan_info_p"] == pytest.approx(evaluate.rewards.mcnemar_exact(2, 1))
+    assert "plan_info" not in evaluate.summarize({"planner-coder": own}, n=1)["planner-coder"]
+
+
+def test_paired_counts_only_the_problems_both_have():
+    assert evaluate.paired({"a": True, "b": False, "c": True}, {"a": False, "b": True, "z": False}) == \
+        {"problems": 2, "gained": 1, "lost": 1, "p": 1.0}
+
+
+def test_other_plan_donors_are_a_derangement_of_the_whole_list_whatever_the_chunk():
+    problems = list("abcde")
+    chunks = [[(0, "a"), (1, "b")], [(2, "c"), (3, "d")], [(4, "e")]]
+    donors = [d for chunk in chunks for d in evaluate.other_plan_donors(problems, chunk)]
+    assert donors == list("bcdea")
+
+
+def _write_row(path, passed):
+    with open(path, "w") as f:
+        for pid, ok in passed.items():
+            f.write(json.dumps(rec(pid, ["passed" if ok else "failed"])) + "\n")
+
+
+def test_compare_prints_gained_lost_and_p_per_row(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    _write_row(a / "planner-coder.jsonl", {"1": True, "2": True, "3": True, "4": False})
+    _write_row(b / "planner-coder.jsonl", {"1": False, "2": False, "3": True, "4": True})
+    _write_row(a / "direct.jsonl", {"1": True})  # only in A: not compared
+    assert evaluate.main(["--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("planner-coder")).split()
+    assert row == ["planner-coder", "4", "75.0", "50.0", "+25.0", "+2", "-1", "1"]
+    assert not any(line.startswith("direct") for line in out.splitlines())
+    # Two row files of different names compare with each other.
+    assert evaluate.main(["--compare", str(a / "planner-coder.jsonl"), str(b / "planner-coder.jsonl")]) == 0
+
+
+def test_compare_of_dirs_without_a_common_row_is_one_error_line(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    _write_row(a / "direct.jsonl", {"1": True})
+    assert evaluate.main(["--compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --compare")
+    assert evaluate.main(["--compare", str(a), str(tmp_path / "nothing")]) == 2
+
+
+def test_other_plan_on_one_problem_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    argv = FAST[:FAST.index("--limit")] + ["--limit", "1", "--method", "other-plan", "--model", tiny_model_dir,
+                                           "--data", mbpp_path, "--out", str(tmp_path / "o")]
+    assert evaluate.main(argv) == 2
+    assert "at least 2" in capsys.readouterr().err
+
+
 def test_format_table_is_aligned_and_marks_missing_values():
     s = evaluate.summarize({"direct": [rec("a", ["failed"])], "planner-coder": [rec("a", ["passed"])]}, n=1)
     lines = evaluate.format_table(s, n=1).splitlines()
@@ -119,7 +180,7 @@ def test_summary_has_the_promised_keys(all_run):
     for method, metrics in summary.items():
         assert {"pass@1", "apr", "cpu_ms", "peak_mb", "wall_s"} <= set(metrics), method
         assert "pass@5" not in metrics  # n = 1
-    assert "cg" in summary["planner-coder"]
+    assert "cg" in summary["planner-coder"] and "plan_info" in summary["planner-coder"]
     with open(os.path.join(out, "args.json")) as f:
         assert json.load(f)["method"] == ["all"]
 
@@ -245,7 +306,8 @@ def test_defaults_are_greedy_the_method_pair_and_the_default_model(monkeypatch):
     monkeypatch.delenv("CORECODE_MODEL", raising=False)
     args = evaluate.parse_args(["--bench", "mbpp"])
     assert args.temperature == 0 and args.n == 1 and args.split == "test"
-    assert args.method == ["direct", "planner-coder"] and args.model == evaluate.agents.DEFAULT_MODEL
+    assert args.method == ["direct", "planner-coder", "content-free-plan"]
+    assert args.model == evaluate.agents.DEFAULT_MODEL
     monkeypatch.setenv("CORECODE_MODEL", "/some/dir")
     assert evaluate.parse_args([]).model == "/some/dir"
     assert evaluate.parse_args(["--model", "x/y"]).model == "x/y"
