@@ -416,6 +416,17 @@ PLANNER_PROMPT = (
     "No code. Stop after Loops."
 )
 
+# The format control (evaluate.py --method planner-coder-plain): the same Planner asked for the four parts by name,
+# with no skeleton whose <...> placeholders it could copy (copied placeholders and skeleton-shaped filler were the
+# untrained Planner's format faults). our choice to keep it beside the skeleton prompt rather than replace it, until
+# validation says which is better.
+PLANNER_PLAIN_PROMPT = (
+    "{problem}\n\n"
+    "Write the Algorithmic Thought for this problem: the four labelled parts Input/Output, Steps (numbered), "
+    "Conditions and Loops, each about this problem.\n\n"
+    "No code. Stop after Loops."
+)
+
 # The Planner's answer starts with this text (it is part of the prompt, not of the completion).
 PLAN_PREFIX = "Input/Output:"
 
@@ -543,9 +554,9 @@ def _coder_answer(template, tokenizer, problem, **fields):
     return chat_prompt(tokenizer, CODER_SYSTEM, user)
 
 
-def planner_prompt(tokenizer, problem):
+def planner_prompt(tokenizer, problem, template=PLANNER_PROMPT):
     """Planner: problem -> Algorithmic Thought. The answer is pre-filled with PLAN_PREFIX."""
-    user = PLANNER_PROMPT.format(problem=problem_text(problem), format=PLANNER_FORMAT)
+    user = template.format(problem=problem_text(problem), format=PLANNER_FORMAT)
     return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + PLAN_PREFIX
 
 
@@ -896,17 +907,13 @@ def plan_check(plan, cut=False, min_steps=1, min_content=3):
     return "cut" if cut and len(reached) < len(PLAN_SECTIONS) else "ok"
 
 
-def plan_format_ok(plan, cut=False):
-    """True when the format gate passes the plan (`plan_check` says "ok" or "cut")."""
-    return plan_check(plan, cut=cut) in ("ok", "cut")
-
-
 # The control plan of evaluate.py's content-free-plan method: one fixed text for every problem, well formed and
 # saying nothing about the problem. Plan information = pass@1(own plan) - pass@1(this plan): what the Planner's plans
 # tell the Coder beyond the problem itself. The format gate refuses it (plan_check: "content-free").
 CONTENT_FREE_PLAN = (
     "Input/Output: the inputs as the problem gives them; the output it asks for.\n"
-    "Steps: 1. Read the input values given. 2. Compute the required result value. 3. Return the computed result value.\n"
+    "Steps: 1. Read the input values given. 2. Compute the required result value. "
+    "3. Return the computed result value.\n"
     "Conditions: handle the edge cases.\n"
     "Loops: iterate where needed."
 )
@@ -1237,13 +1244,14 @@ def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generat
         uniq = list(dict.fromkeys(prompts))
         s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
                    stop=stop, generator=generator)
-        of = dict(zip(uniq, zip(s.texts, s.cut)))
+        of = dict(zip(uniq, zip(s.texts, s.cut or [False] * len(s.texts))))
         texts, cut = [[of[p][0]] * n for p in prompts], [[of[p][1]] * n for p in prompts]
     else:
         s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
                    stop=stop, generator=generator)
         # row i*G+g = prompt i, sample g
-        texts, cut = ([x[i * n:(i + 1) * n] for i in range(len(prompts))] for x in (s.texts, s.cut))
+        texts, cut = ([x[i * n:(i + 1) * n] for i in range(len(prompts))]
+                      for x in (s.texts, s.cut or [False] * len(s.texts)))
     return (texts, cut) if with_cut else texts
 
 
@@ -1268,11 +1276,11 @@ def _one_shot(prompt_fn, keep_reasoning):
     return method
 
 
-def _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent):
+def _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent, template=PLANNER_PROMPT):
     """n Planner thoughts per problem: plans[i][g] = (clean_plan of the completion, whether it was cut)."""
     with agent("planner"):
-        raw, cut = _generate(model, tokenizer, [planner_prompt(tokenizer, p) for p in problems], n, temperature,
-                             plan_max_new_tokens, generator, stop=list(PLANNER_STOP), with_cut=True)
+        raw, cut = _generate(model, tokenizer, [planner_prompt(tokenizer, p, template) for p in problems], n,
+                             temperature, plan_max_new_tokens, generator, stop=list(PLANNER_STOP), with_cut=True)
     return [[(clean_plan(t), c) for t, c in zip(ts, cs)] for ts, cs in zip(raw, cut)]
 
 
@@ -1292,6 +1300,14 @@ def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, pl
                   **_):
     """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
     plans = _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent)
+    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
+
+
+def planner_coder_plain(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator,
+                        agent, **_):
+    """Format control: planner-coder with PLANNER_PLAIN_PROMPT (the four parts by name, no skeleton to copy)."""
+    plans = _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent,
+                   PLANNER_PLAIN_PROMPT)
     return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
 
 
@@ -1456,6 +1472,7 @@ METHODS = {
     "cot": _one_shot(cot_prompt, keep_reasoning=True),
     "scot": _one_shot(scot_prompt, keep_reasoning=True),
     "planner-coder": planner_coder,
+    "planner-coder-plain": planner_coder_plain,
     "content-free-plan": content_free_plan,
     "other-plan": other_plan,
     "reflexion": reflexion,

@@ -69,6 +69,8 @@ class Problem:
     # 4 s), per test for functional and stdio (see each loader, and load()'s time_factor).
     time_limit_s: float = 4.0
     memory_limit_mb: int = 1024
+    reference: str = ""     # a reference solution where the benchmark ships one (MBPP's `code`): never shown to a
+                            # model; train.py --info-weight scores plans by the Coder's likelihood of it
 
 
 # ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ------------------------
@@ -346,14 +348,37 @@ def _mbpp_problem(rec, challenge):
         # The first test is shown in the prompt (standard MBPP prompting) so the model learns the
         # function's name and signature; scoring still uses every test, that one included.
         public_tests=tests[:1], hidden_tests=tests, setup=setup,
-        entry_point=entry_point_from_test(tests[0], code=rec.get("code") or "", setup=setup))
+        entry_point=entry_point_from_test(tests[0], code=rec.get("code") or "", setup=setup),
+        reference=(rec.get("code") or "").replace("\r\n", "\n").strip())
+
+
+def _mbpp_overlap_keys(rec):
+    """What makes two MBPP tasks the same task: the statement (case and spacing ignored), the reference solution and
+    each assert (all whitespace ignored)."""
+    code = lambda s: re.sub(r"\s+", "", s or "")  # noqa: E731
+    text = " ".join((rec.get("text") or rec.get("prompt") or "").split()).lower()
+    return {("statement", text), ("solution", code(rec.get("code")))} | {("assert", code(t)) for t in rec["test_list"]}
 
 
 def load_mbpp(path=None, split="test", limit=None, challenge=False):
     """MBPP from mbpp.jsonl (974 tasks) or sanitized-mbpp.json (427; same ids, so the same ranges give its
-    published splits). Splits by task id (MBPP_SPLITS) or "all". challenge=True appends challenge_test_list."""
-    return _collect("mbpp", path, lambda r: _mbpp_problem(r, challenge), split, limit,
-                    lambda r: mbpp_split(int(r["task_id"])), known_splits=set(MBPP_SPLITS) | {"all"})
+    published splits). Splits by task id (MBPP_SPLITS) or "all". challenge=True appends challenge_test_list.
+
+    Split "train" leaves out the train tasks that share a statement, an assert or the reference solution with a test
+    or validation task (`_mbpp_overlap_keys`; in mbpp.jsonl: 602, 625, 636, 699, 704, 759, 840, 872): training on
+    them would train on held-out problems. They stay in split "all"."""
+    held = set()
+    if split == "train":
+        for _, rec in _read_records(resolve_path("mbpp", path)):
+            if isinstance(rec, dict) and mbpp_split(int(rec.get("task_id", 0))) in ("test", "validation"):
+                held |= _mbpp_overlap_keys(rec)
+
+    def split_of(rec):
+        name = mbpp_split(int(rec["task_id"]))
+        return "train, overlapping held-out" if name == "train" and held and _mbpp_overlap_keys(rec) & held else name
+
+    return _collect("mbpp", path, lambda r: _mbpp_problem(r, challenge), split, limit, split_of,
+                    known_splits=set(MBPP_SPLITS) | {"all"})
 
 
 # ---- HumanEval (check(candidate) -> flat assert statements) ----------------------------------------------------------

@@ -49,12 +49,12 @@ DEFAULT_METHODS = ("direct", "planner-coder", "content-free-plan")
 
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
 # A plain dict so later methods add one line.
-CG_BASELINE = {"planner-coder": "direct", "mapcoder": "direct"}
+CG_BASELINE = {"planner-coder": "direct", "planner-coder-plain": "direct", "mapcoder": "direct"}
 
 # Plan information: pass@1 with the Planner's own plans minus pass@1 with one fixed content-free plan
 # (agents.CONTENT_FREE_PLAN), on the same problems: what the plans tell the Coder beyond the problem itself. A Planner
 # can raise planner-coder pass@1 toward direct coding by saying less; only plan information > 0 shows plans that help.
-PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan"}
+PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan", "planner-coder-plain": "content-free-plan"}
 
 # --ablate: the roles whose trained adapters a method's ablation switches on and off. Each combination is its own
 # row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
@@ -282,14 +282,26 @@ def format_pairs(summary: dict) -> str:
                      if key in m)
 
 
+def adapter_digest(directory: str) -> str:
+    """A hash of an adapter's content (its config and weights files): results are keyed on what an adapter is, not on
+    where it lies, so an adapter overwritten at the same path is never mistaken for the one measured before."""
+    h = hashlib.sha1()
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("adapter_") and os.path.isfile(os.path.join(directory, name)):
+            with open(os.path.join(directory, name), "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()[:16]
+
+
 def default_out_dir(args) -> str:
-    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>[-a<hash of adapter paths>]."""
+    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>[-a<hash of the adapters' content>]."""
     model = os.path.basename(os.path.normpath(args.model))
     name = f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
-    adapters = [os.path.abspath(d) for d in args.adapters.values() if d]
+    adapters = [f"{role}={adapter_digest(d)}" for role, d in sorted(args.adapters.items()) if d]
     if adapters:
-        # Adapter dirs are often named just "planner" / "coder": a short hash keeps trained runs apart
-        # from the base model's and from each other; the full paths are in settings.json.
+        # Adapter dirs are often named just "planner" / "coder": a short hash of their content keeps trained runs
+        # apart from the base model's and from each other; paths and digests are in settings.json.
         name += "-a" + hashlib.sha1("\n".join(adapters).encode()).hexdigest()[:8]
     return os.path.join("runs", "eval", name)
 
@@ -302,6 +314,8 @@ def result_settings(args) -> dict:
     for k in ("data", "model") + tuple(f"{r}_adapter" for r in ADAPTER_ROLES):
         if s[k] and os.path.exists(s[k]):
             s[k] = os.path.abspath(s[k])
+    # The adapters' content decides the results; the path alone would let an overwritten adapter reuse old results.
+    s.update({f"{r}_adapter_digest": adapter_digest(d) for r, d in args.adapters.items() if d})
     return s
 
 
@@ -349,8 +363,8 @@ def read_records(path: str) -> list:
 # Seconds per problem on a 2-core CPU (avx512_bf16), qwen2.5-coder-0.5b-instruct in bf16, greedy, default token
 # caps; only for the rough estimate printed before a run. direct and planner-coder: the default run on all 500 MBPP
 # test problems (842 s + 2402 s); the others: README "What to expect" (50 problems, an older prompt set).
-CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-coder": 4.8, "content-free-plan": 1.9,
-                           "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
+CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-coder": 4.8, "planner-coder-plain": 4.8,
+                           "content-free-plan": 1.9, "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
 
 
 def time_estimate(methods: list, problems: int, n: int) -> str:
@@ -469,7 +483,8 @@ def parse_args(argv=None):
                    help=f"methods to run on the same problems, from {', '.join(agents.METHODS)}, or 'all' "
                         f"(default: {' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). "
                         "content-free-plan: the Coder given one fixed plan that says nothing; other-plan: the Coder "
-                        "given the plan of the next problem in the list")
+                        "given the plan of the next problem in the list; planner-coder-plain: the Planner asked for "
+                        "the four parts by name, without the skeleton (a format control)")
     # --- model and adapters ---
     p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL, metavar="DIR",
                    help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
@@ -515,8 +530,8 @@ def parse_args(argv=None):
                    help="run each passing program R times; cpu_ms = min, peak_mb = median (default: %(default)s)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir, "
-                        "plus -a<8 hex digits> when adapters are given: a hash of their paths, which settings.json "
-                        "lists); re-running with the same settings resumes it")
+                        "plus -a<8 hex digits> when adapters are given: a hash of their content; settings.json "
+                        "lists their paths and digests); re-running with the same settings resumes it")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
                    help="only compare two results dirs (or two <row>.jsonl files) problem by problem and exit: per "
                         "row pass@1 of each, gained / lost problems and the exact McNemar p; loads no model")

@@ -531,12 +531,16 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
 # 5. The GRPO objective
 
 
-def group_advantages(rewards, group_size, eps=1e-4, unbiased=True):
-    """A_i = (r_i - mean(group)) / (std(group) + eps); rows i*G .. i*G+G-1 form one group.
+def group_advantages(rewards, group_size, eps=1e-4, unbiased=True, std_floor=0.0):
+    """A_i = (r_i - mean(group)) / (max(std(group), std_floor) + eps); rows i*G .. i*G+G-1 form one group.
 
     A group whose rewards all tie (all fail / all pass, frequent in code RL) gets exactly zero advantage and no
     policy gradient; their fraction is returned as zero_var_frac. eps=1e-4: DeepSeekMath's normalisation as in TRL.
     unbiased=True: our choice (sample std, torch's and TRL's default), because the paper does not say which.
+    std_floor: the smallest scale a group's differences are divided by (0 = plain GRPO). Plain std-normalisation makes
+        any difference a full +-1 advantage: a group whose programs all pass and differ only by an efficiency bonus
+        (at most 0.1 in rewards.py) gets the same push as one where half the programs fail. A floor keeps small
+        reward differences small advantages (train.py --adv-std-floor; Dr. GRPO drops the division altogether).
     Returns (advantages (B,) float32 on CPU, stats dict: reward_mean, reward_std, zero_var_frac, adv_std).
     """
     r = torch.as_tensor(rewards, dtype=torch.float32).flatten()  # (B,)
@@ -548,7 +552,8 @@ def group_advantages(rewards, group_size, eps=1e-4, unbiased=True):
     std = g.std(1, keepdim=True, unbiased=unbiased) if group_size > 1 else torch.zeros_like(mean)
     # torch.where, not arithmetic: mean() of equal floats can differ from them in the last bit, and that tiny
     # difference divided by eps would be a non-zero advantage for a group that carries no signal.
-    adv = torch.where(tied, torch.zeros_like(g), (g - mean) / (std + eps)).flatten()  # (B,)
+    scale = std.clamp(min=std_floor) + eps  # (n_groups, 1)
+    adv = torch.where(tied, torch.zeros_like(g), (g - mean) / scale).flatten()  # (B,)
     stats = {
         "reward_mean": r.mean().item(),
         "reward_std": r.std().item() if r.numel() > 1 else 0.0,

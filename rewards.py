@@ -160,23 +160,28 @@ def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise
     return rewards
 
 
-def format_gated(rewards, format_ok, penalty=0.5):
-    """A thought whose format is broken gets -penalty whatever its code scored; the others keep their reward.
+def format_gated(rewards, checks, penalty=0.5, cut_penalty=0.1):
+    """The Planner stage's format gate. checks[g] is agents.plan_check of thought g: "ok" keeps its reward, "cut" (it
+    ran into the token budget, well formed as far as it went) keeps its reward minus cut_penalty, anything else
+    (malformed, copied placeholders, content-free) gets -penalty whatever its code scored.
 
-    our choice, for the Planner stage (train.py --format-penalty; what "well formed" means is
-    agents.plan_format_ok): the reward only scores the code the frozen Coder writes, and the Coder also sees the
-    problem, so the cheapest way up is a plan that says nothing (copied format placeholders, missing parts, labels
-    without content) and lets the Coder code directly. A pilot at lr 1e-4 drifted there in 8 steps (plans with
-    all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed thought that fails (0) beats a
-    broken one that passes (-penalty), so even an all-failing group teaches the format.
+    our choice (train.py --format-penalty, --cut-penalty): the reward only scores the code the frozen Coder writes,
+    and the Coder also sees the problem, so the cheapest way up is a plan that says nothing (copied placeholders,
+    labels without content, generic steps) and lets the Coder code alone. A pilot at lr 1e-4 drifted there in 8 steps
+    (plans with all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed thought that fails (0)
+    beats a broken one that passes (-penalty), so even an all-failing group teaches the format.
     penalty 0.5: below every well-formed reward (>= 0), so the order is strict, and small enough that the
-    advantages of format errors do not swamp the pass-rate signal in mixed groups.
+        advantages of format errors do not swamp the pass-rate signal in mixed groups.
+    cut_penalty 0.1: a cut plan is judged by what its code did (the Coder saw what was written), not failed as
+        malformed (a gate that failed it acted as a length penalty on informative plans); the small deduction makes
+        finishing within the budget preferable to rambling into it, and keeps a cut plan above a gated one.
     """
-    if len(rewards) != len(format_ok):
-        raise ValueError(f"{len(rewards)} rewards but {len(format_ok)} format flags")
-    if penalty < 0:
-        raise ValueError(f"penalty must be >= 0, got {penalty}")
-    return [float(r) if ok else -float(penalty) for r, ok in zip(rewards, format_ok)]
+    if len(rewards) != len(checks):
+        raise ValueError(f"{len(rewards)} rewards but {len(checks)} format checks")
+    if penalty < 0 or cut_penalty < 0:
+        raise ValueError(f"penalty and cut_penalty must be >= 0, got {penalty}, {cut_penalty}")
+    return [float(r) if c == "ok" else float(r) - cut_penalty if c == "cut" else -float(penalty)
+            for r, c in zip(rewards, checks)]
 
 
 def mcnemar_exact(b, c):

@@ -31,6 +31,7 @@ References: DeepSeekMath (GRPO, arXiv:2402.03300); CoRe-Code as summarised in ..
 nanochat for the script style.
 """
 import argparse
+import copy
 import json
 import os
 import random
@@ -58,8 +59,8 @@ import sandbox
 # once per context. Optional: `needs_public_failure` keeps only problems whose upstream program (ctx["program"])
 # fails a PUBLIC test, with its feedback in ctx["feedback"] (hidden tests never reach a prompt); `eval_method` is
 # the held-out method compared with direct coding (default planner-coder); `format_gate` penalises thoughts whose
-# format is broken (agents.plan_format_ok, rewards.format_gated). MapCoder's Retrieval agent is scored like a
-# thought (by the programs the frozen Planner -> Coder write from its recollection), its Debugging agent like a
+# format is broken or that say nothing (agents.plan_check, rewards.format_gated). MapCoder's Retrieval agent is scored
+# like a thought (by the programs the frozen Planner -> Coder write from its recollection), its Debugging agent like a
 # program. "toy" rewards a character in the raw text, no sandbox: the tests prove with it that this loop learns.
 STAGES = {
     "planner": dict(chain=("planner", "coder"), train="planner", reward="planner", format_gate=True),
@@ -74,28 +75,37 @@ STAGES = {
 }
 
 
-def reward_planner(results, texts, G, M, args):
+def reward_planner(results, outputs, G, M, args):
     """Planner stage: a thought is scored by the pass rate and CPU time of the M programs the frozen Coder wrote;
-    with the stage's format gate on, a thought with missing parts or copied placeholders gets -format_penalty."""
+    with the stage's format gate on, agents.plan_check of the plan the Coder saw (outputs[g]["plan"]) decides: a
+    malformed or content-free thought gets -format_penalty, one cut at the token budget loses --cut-penalty."""
     pr = [[r.pass_rate for r in results[g * M:(g + 1) * M]] for g in range(G)]
     cpu = [[r.cpu_s for r in results[g * M:(g + 1) * M]] for g in range(G)]
     out = rewards.planner_rewards(pr, cpu)
+    if args.info_weight:
+        # The dense plan-information term (reference_information), before the gate: a gated plan scores -penalty.
+        out = [r + args.info_weight * max(-1.0, min(1.0, o["info"])) for r, o in zip(out, outputs)]
     if STAGES[args.stage].get("format_gate") and args.format_gate:
-        out = rewards.format_gated(out, [agents.plan_format_ok(agents.clean_plan(t)) for t in texts],
-                                   penalty=args.format_penalty)
+        out = rewards.format_gated(out, [plan_verdict(o) for o in outputs], penalty=args.format_penalty,
+                                   cut_penalty=args.cut_penalty)
     return out
 
 
-def reward_coder(results, texts, G, M, args):
+def plan_verdict(ctx):
+    """agents.plan_check of a trained Planner output: its parsed plan, and whether its sample hit the budget."""
+    return agents.plan_check(ctx["plan"], cut=ctx.get("planner_cut", False))
+
+
+def reward_coder(results, outputs, G, M, args):
     """Coder stage: a program is scored by its pass rate plus, when it passes everything, its space efficiency."""
     if M != 1:
         raise ValueError("the coder reward scores the trained role's own programs: use --downstream-samples 1")
     return rewards.coder_rewards([r.pass_rate for r in results], [r.peak_bytes for r in results])
 
 
-def reward_toy(results, texts, G, M, args):
+def reward_toy(results, outputs, G, M, args):
     """Toy stage: the fraction of characters of the raw completion that are `--toy-target` (a string test)."""
-    return rewards.toy_rewards(texts, target=args.toy_target)
+    return rewards.toy_rewards([o["raw"] for o in outputs], target=args.toy_target)
 
 
 REWARDS = {"planner": reward_planner, "coder": reward_coder, "toy": reward_toy}
@@ -140,6 +150,9 @@ def get_args(argv=None):
                    help="a benchmark loader option for both splits, repeatable, as in evaluate.py: time_factor=2, "
                         "time_limit_s=S, release=YYYY-MM-DD (livebench), ... (an unknown key lists them)")
     p.add_argument("--split", default="train", help="training split")
+    p.add_argument("--allow-held-out-split", action="store_true",
+                   help="allow training on a held-out split (test, validation or the --eval-split): refused by "
+                        "default, because configurations are chosen on validation and claims are read on test")
     p.add_argument("--limit", type=int, default=None, help="use only the first N training problems")
     p.add_argument("--eval-split", default="validation", help="held-out split for periodic evaluation")
     p.add_argument("--eval-limit", type=int, default=20, help="held-out problems evaluated (greedy, pass@1)")
@@ -177,11 +190,27 @@ def grpo_flags(p):
     p.add_argument("--ppo-epochs", type=int, default=1,
                    help="optimisation passes over each batch; with 1 the ratio is exactly 1 and clipping is inert")
     p.add_argument("--format-gate", action=argparse.BooleanOptionalAction, default=True,
-                   help="stage planner: a thought without all four parts or with copied format placeholders gets "
-                        "-(--format-penalty) whatever its code scored. our choice: on, because the reward alone "
-                        "pays for empty plans that let the Coder code directly (plan collapse, seen in a pilot)")
+                   help="stage planner: a thought that is malformed, copies format placeholders or is content-free "
+                        "(agents.plan_check) gets -(--format-penalty) whatever its code scored. our choice: on, "
+                        "because the reward alone pays for empty plans that let the Coder code directly (plan "
+                        "collapse, seen in a pilot)")
     p.add_argument("--format-penalty", type=float, default=0.5,
-                   help="the reward of a thought that fails the format gate (as -penalty); see rewards.format_gated")
+                   help="the reward of a thought that fails the format gate (as -penalty): malformed, copied "
+                        "placeholders or content-free (agents.plan_check); see rewards.format_gated")
+    p.add_argument("--cut-penalty", type=float, default=0.1,
+                   help="deducted from the reward of a thought that ran into --plan-max-new-tokens but is well formed "
+                        "as far as it went: it is scored by its code, not failed as malformed (rewards.format_gated)")
+    p.add_argument("--info-weight", type=float, default=0.0,
+                   help="stage planner, benchmarks with reference solutions (MBPP): add this times the plan's "
+                        "information gain (train.reference_information: the frozen Coder's mean log-likelihood per "
+                        "token of the reference solution given the plan, minus given a content-free plan; clipped to "
+                        "+-1). A dense signal that pays nothing for an empty plan. our choice: 0 (off) until it is "
+                        "measured in training; one forward pass per plan, no sampling")
+    p.add_argument("--adv-std-floor", type=float, default=0.1,
+                   help="groups' rewards are divided by max(std, this) (grpo.group_advantages). our choice 0.1, the "
+                        "largest efficiency bonus: a group whose programs all pass and differ by a millisecond gets "
+                        "small advantages, not +-1; groups whose pass rates differ (std >= ~0.3) are unaffected. "
+                        "0 = plain GRPO")
     p.add_argument("--measure-repeats", type=int, default=3,
                    help="runs of each all-passing program (CPU time = min, peak memory = median): the efficiency "
                         "bonuses compare programs, so one noisy run must not decide; rewards.py adds a noise floor")
@@ -251,6 +280,19 @@ def check_args(args):
         fail(f"--mapcoder-t must be >= 0, got {args.mapcoder_t}")
     if args.temperature <= 0:
         fail("--temperature must be > 0: GRPO needs different samples within a group")
+    if args.top_p < 1:
+        fail("--top-p < 1 is not supported in training: the loss's log-probs are those of the full "
+             "softmax(logits / T), not of the truncated distribution the tokens would be drawn from")
+    if args.adv_std_floor < 0 or args.cut_penalty < 0 or args.info_weight < 0:
+        fail("--adv-std-floor, --cut-penalty and --info-weight must be >= 0")
+    if args.info_weight and args.stage != "planner":
+        fail("--info-weight scores Planner thoughts: it needs --stage planner")
+    if args.split in ("test", "validation", args.eval_split) and args.stage != "toy" and not args.allow_held_out_split:
+        why = ("is also the --eval-split, so the held-out evaluation would measure training problems"
+               if args.split == args.eval_split else
+               "is held out (configurations are chosen on validation, claims read on test)")
+        fail(f"--split {args.split} {why}: train on another split, or pass --allow-held-out-split to train on it "
+             "anyway")
     # Adapters and benchmark options are checked before anything slow happens (bad input loses nothing).
     try:
         args.adapters = evaluate.parse_adapters(args.adapter)
@@ -317,9 +359,9 @@ def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=Non
                               generator=[c["_gen"] for c in ctxs], progress=lambda t, n: show(f"{what} ({t}/{n})"))
         probs = [p for p in probs for _ in range(k)]
         ctxs = [dict(c) for c in ctxs for _ in range(k)]
-        for c, p, text in zip(ctxs, probs, s.texts):
+        for c, p, text, cut in zip(ctxs, probs, s.texts, s.cut):
             c.update(role_def["parse"](text, p))
-            c["raw"] = text
+            c["raw"], c[role + "_cut"] = text, cut
         if role == stage_def["train"]:
             trained = s
     return trained, probs, ctxs, group_probs
@@ -335,14 +377,19 @@ def eval_key(method):
     return "eval_pass1_" + method.replace("-", "_")
 
 
-def plan_stats(plans, prefix=""):
-    """Format of a batch of thoughts (the plan-collapse watch): share with all four parts, share with a copied
-    placeholder, mean length in characters."""
+def plan_stats(plans, cut=None, prefix=""):
+    """Format of a batch of thoughts (the plan-collapse watch): share with all four parts, with a copied placeholder,
+    passing the gate (agents.plan_check "ok" or "cut"), cut at the token budget, content-free; mean length in
+    characters. cut: whether each plan's sample hit the budget (default: none did)."""
     if not plans:
         return {}
+    cut = cut or [False] * len(plans)
+    verdicts = [agents.plan_check(p, cut=c) for p, c in zip(plans, cut)]
     return {prefix + "plan_parts_frac": float(np.mean([len(agents.plan_sections(p)) == 4 for p in plans])),
             prefix + "plan_placeholder_frac": float(np.mean([bool(agents.plan_placeholders(p)) for p in plans])),
-            prefix + "plan_ok_frac": float(np.mean([agents.plan_format_ok(p) for p in plans])),
+            prefix + "plan_ok_frac": float(np.mean([v in ("ok", "cut") for v in verdicts])),
+            prefix + "plan_cut_frac": float(np.mean(cut)),
+            prefix + "plan_content_free_frac": float(np.mean([v == "content-free" for v in verdicts])),
             prefix + "plan_chars": float(np.mean([len(p) for p in plans]))}
 
 
@@ -381,21 +428,26 @@ def read_eval(out, step):
 
 
 def held_out_eval(run, step):
-    """Greedy pass@1 on the held-out problems of the stage's helper method and of direct coding (evaluate.py's
-    attempt_and_judge, --eval-batch-size problems at a time), their difference (CG), the format of the helper's
-    plans, and the paired comparison with step 0 (McNemar's exact test on the same problems). Per-problem rows go
-    to <out>/eval/step_N.jsonl.
+    """Greedy pass@1 on the held-out problems of the stage's helper method, of direct coding and (for planner-coder)
+    of the Coder with a content-free plan (evaluate.py's attempt_and_judge, --eval-batch-size problems at a time):
+    CG = helper - direct, plan information = planner-coder - content-free plan with its paired counts, the format of
+    the helper's plans, and the paired comparison with step 0 (McNemar's exact test on the same problems). Per-problem
+    rows go to <out>/eval/step_N.jsonl.
 
-    Direct coding uses the Coder alone: in stages where the Coder is frozen it cannot change, so it is run once and
-    read back from step 0's file afterwards (our choice: an evaluation is a large share of a CPU run's time)."""
+    Direct coding and the content-free plan use the Coder alone: in stages where the Coder is frozen they cannot
+    change, so they run once and are read back from step 0's file afterwards (our choice: an evaluation is a large
+    share of a CPU run's time)."""
     args, problems = run.args, run.eval_set
     helper = STAGES[args.stage].get("eval_method", "planner-coder")
     frozen_coder = STAGES[args.stage]["train"] != "coder"
+    # The content-free-plan control runs beside planner-coder: plan information = what the plans add beyond it.
+    control = evaluate.PLAN_INFO_BASELINE.get(helper)
     out, rows = {}, []
     t0 = time.time()
-    at_start = read_eval(args.out, 0) if step > 0 else {}  # step 0's rows: the cached direct run and McNemar's pairs
-    for method in dict.fromkeys((helper, "direct")):
-        cached = at_start.get(method, {}) if (method == "direct" and frozen_coder) else {}
+    at_start = read_eval(args.out, 0) if step > 0 else {}  # step 0's rows: the cached Coder-only runs, McNemar's pairs
+    for method in dict.fromkeys((helper, control, "direct") if control else (helper, "direct")):
+        # Methods that only the frozen Coder writes for cannot change: run once, read back from step 0's file.
+        cached = at_start.get(method, {}) if (method != helper and frozen_coder) else {}
         if cached and all(p.id in cached for p in problems):
             passed = [cached[p.id] for p in problems]
             rows += [dict(task_id=p.id, method=method, passed=ok, cached_from_step=0)
@@ -410,21 +462,27 @@ def held_out_eval(run, step):
                     max_new_tokens=args.max_new_tokens, plan_max_new_tokens=args.plan_max_new_tokens,
                     mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t, stop_on_failure=args.stop_on_failure)
                 local += [dict(task_id=p.id, method=method, passed=r["verdict"] == "passed",
-                               pass_rate=r["pass_rate"], plan=r["plan"], program=r["program"])
+                               pass_rate=r["pass_rate"], plan=r["plan"], plan_cut=r.get("plan_cut", False),
+                               program=r["program"])
                           for p, (r,) in zip(chunk, records)]
             new = [r for part in grpo.gather(local) for r in part]
             rows += new
             passed = [r["passed"] for r in new]
-            if method != "direct":
-                out.update(plan_stats([r["plan"] for r in new], prefix="eval_"))
+            if method == helper and helper != "direct":
+                out.update(plan_stats([r["plan"] for r in new], [r["plan_cut"] for r in new], prefix="eval_"))
         out[eval_key(method)] = sum(passed) / max(1, len(passed))
         start = at_start.get(method) if method == helper else None
         if start:
             # Paired with step 0 on the same problems: b = solved now only, c = solved at step 0 only.
             now = dict(zip((p.id for p in problems), passed))
-            b = sum(1 for t, ok in now.items() if ok and t in start and not start[t])
-            c = sum(1 for t, ok in now.items() if not ok and start.get(t))
-            out.update(eval_gained=b, eval_lost=c, eval_mcnemar_p=rewards.mcnemar_exact(b, c))
+            pair = evaluate.paired(now, start)
+            out.update(eval_gained=pair["gained"], eval_lost=pair["lost"], eval_mcnemar_p=pair["p"])
+        if method == helper:
+            helper_passed = dict(zip((p.id for p in problems), passed))
+        if method == control:
+            pair = evaluate.paired(helper_passed, dict(zip((p.id for p in problems), passed)))
+            out.update(eval_plan_info=out[eval_key(helper)] - out[eval_key(control)], eval_info_gained=pair["gained"],
+                       eval_info_lost=pair["lost"], eval_info_p=pair["p"])
     if helper != "direct":
         out["eval_cg"] = rewards.collaboration_gain(out[eval_key(helper)], out["eval_pass1_direct"])
     out["t_eval"] = time.time() - t0
@@ -615,14 +673,40 @@ def main(argv=None):
         fail(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with --resume)")
 
 
+# Flags a resumed run may change: they decide how long it runs, where and how often it reports, not what it learns.
+# Every other flag must equal the checkpointed run's (args.json), or the resumed run would not continue that run.
+RESUME_MAY_CHANGE = ("resume", "num_steps", "out", "workers", "device", "save_every", "keep_last", "eval_every",
+                     "eval_limit", "eval_batch_size", "plot", "adapters", "bench_kwargs")
+
+
+def check_resume_settings(args):
+    """--resume: one error line naming the first flag whose value differs from the checkpointed run's args.json."""
+    path = os.path.join(args.out, "args.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        old = json.load(f)
+    now = json.loads(json.dumps(vars(args)))  # tuples -> lists, as args.json stores them
+    diff = [k for k in now if k not in RESUME_MAY_CHANGE and k in old and old[k] != now[k]]
+    if diff:
+        k = diff[0]
+        more = (f" (and {len(diff) - 1} more: {', '.join('--' + d.replace('_', '-') for d in diff[1:])})"
+                if diff[1:] else "")
+        fail(f"--resume: --{k.replace('_', '-')} is {now[k]!r} but the checkpointed run used {old[k]!r}{more}; a "
+             f"resumed run must keep the settings that decide what it learns (or start a new --out)")
+
+
 def check_out_dir(args):
-    """--out must be a writable directory (created if missing); --resume needs a checkpoint in it, a new run none."""
+    """--out must be a writable directory (created if missing); --resume needs a checkpoint in it (and the settings it
+    was made with), a new run none."""
     try:
         evaluate.writable_out_dir(args.out)
     except evaluate.UsageError as e:
         fail(str(e))
     if args.resume and not checkpoint_dirs(args.out):
         fail(f"--resume: no checkpoint in {args.out} (nothing to continue); drop --resume to start a new run there")
+    if args.resume:
+        check_resume_settings(args)
     if not args.resume and checkpoint_dirs(args.out):
         fail(f"{args.out} already holds checkpoints: pass --resume to continue, or a new --out")
 
@@ -790,7 +874,7 @@ def grpo_step(run, step, m):
         m["lr"] = run.optimizer.param_groups[0]["lr"]
         m.update(summed(grpo.gather(times)))
         return
-    m.update(plan_stats(step_all["plans"]))
+    m.update(plan_stats(step_all["plans"], step_all["cut"]))
     if STAGES[args.stage]["reward"] != "toy":
         m["pass_rate"] = float(np.mean(step_all["pass_rates"]))
         m["all_pass_frac"] = float(np.mean(step_all["passed"]))
@@ -798,7 +882,7 @@ def grpo_step(run, step, m):
     m["completion_len"] = float(np.mean(step_all["lens"]))
 
     # ---- 4 advantages of the step's groups (a group never spans ranks); this rank keeps its own rows
-    adv, adv_stats = grpo.group_advantages(step_all["rewards"], G)  # (B,)
+    adv, adv_stats = grpo.group_advantages(step_all["rewards"], G, std_floor=args.adv_std_floor)  # (B,)
     m.update(adv_stats)
     adv = adv[offset:offset + len(rewards_mine)].to(run.device)  # (b,) this rank's rows
     learn(run, samples, adv, B, m, times)
@@ -827,24 +911,71 @@ def rollout_and_score(run, batch, generators):
     times["t_execute"] = time.time() - t0
     # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
     # reached the trained role (all of the batch, except in needs_public_failure stages)
+    outputs = leaf_ctxs[::M]  # (G per group) the context right after each trained output: what the next role saw
+    if args.info_weight and outputs:
+        show(run, "plan information: reference log-likelihoods")
+        t0 = time.time()
+        gains = reference_information(run, [p for p in group_probs for _ in range(G)], [o["plan"] for o in outputs])
+        for o, g in zip(outputs, gains):
+            o["info"] = g
+        times["t_info"] = time.time() - t0
     rewards_mine = []
     for i in range(len(group_probs)):
-        texts = samples.texts[i * G:(i + 1) * G]
-        rewards_mine += REWARDS[stage_def["reward"]](results[i * G * M:(i + 1) * G * M], texts, G, M, args)
-    plans = [agents.clean_plan(t) for t in samples.texts] if stage_def["train"] == "planner" and samples else []
+        rewards_mine += REWARDS[stage_def["reward"]](results[i * G * M:(i + 1) * G * M], outputs[i * G:(i + 1) * G],
+                                                     G, M, args)
+    # The plans exactly as the Coder saw them (the gate, the logs and the Coder share one plan text).
+    planner = stage_def["train"] == "planner" and samples
+    plans = [o["plan"] for o in outputs] if planner else []
+    cut = [o.get("planner_cut", False) for o in outputs] if planner else []
     gated = bool(stage_def.get("format_gate")) and args.format_gate
-    mine = dict(rewards=rewards_mine, plans=plans, rows_per_rank=[len(rewards_mine)],
+    mine = dict(rewards=rewards_mine, plans=plans, cut=cut, rows_per_rank=[len(rewards_mine)],
                 lens=samples.completion_mask.sum(1).tolist() if samples else [],
                 pass_rates=[r.pass_rate for r in results if r is not None],
                 passed=[r.verdict == "passed" for r in results if r is not None],
                 # what a trained output's reward looks at besides efficiency: its leaves' pass rates and its format
                 keys=[(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
-                       agents.plan_format_ok(plans[j]) if plans and gated else True)
+                       plan_verdict(outputs[j]) if plans and gated else True)
                       for j in range(len(rewards_mine))] if stage_def["reward"] != "toy" else [])
     # The whole step's per-sample data (one list per rank, concatenated in rank order = problem order): the metrics
     # are those of the step, whatever the number of ranks.
     parts = grpo.gather(mine)
     return samples, rewards_mine, {k: [x for part in parts for x in part[k]] for k in mine}, times
+
+
+def reference_information(run, problems, plans):
+    """The Planner's dense information signal (--info-weight): for each (problem, plan), the frozen Coder's mean log
+    p(token) of the problem's reference solution, written as the Coder's answer (a fenced program), given the problem
+    and the plan, minus the same given agents.CONTENT_FREE_PLAN. > 0: the plan makes the reference more likely than a
+    plan that says nothing; an empty or generic plan earns ~0 whatever the Coder then writes. One forward pass per
+    plan (plus one per problem), no sampling. A problem without a reference gets 0.
+
+    our choice, with its known bias: one reference among the many right programs (a plan for another correct
+    algorithm scores low), hence an opt-in term added to the execution reward, not a replacement (the idea of
+    rewarding a reference's likelihood under the model's own reasoning is VeriFree, arXiv:2505.21493)."""
+    args, tok = run.args, run.tokenizer
+    uniq = list({p.id: p for p in problems if p.reference}.values())
+    rows = [(p, plan) for p, plan in zip(problems, plans) if p.reference] + \
+        [(p, agents.CONTENT_FREE_PLAN) for p in uniq]  # the content-free baseline: once per problem
+    if not rows:
+        return [0.0] * len(plans)
+    means = []
+    with torch.no_grad(), run.agent("coder"):
+        run.model.eval()
+        for a in range(0, len(rows), args.micro_batch):
+            part = rows[a:a + args.micro_batch]
+            prompts = tok([agents.coder_prompt(tok, p, plan) for p, plan in part], padding=True, padding_side="left",
+                          add_special_tokens=False, return_tensors="pt")
+            answers = tok([f"```python\n{p.reference}\n```" for p, _ in part], padding=True, padding_side="right",
+                          add_special_tokens=False, return_tensors="pt")
+            ids = torch.cat([prompts["input_ids"], answers["input_ids"]], 1).to(run.device)  # (mb, P+T)
+            am = torch.cat([prompts["attention_mask"], answers["attention_mask"]], 1).to(run.device)  # (mb, P+T)
+            lp = grpo.token_logprobs(run.model, ids, am, prompts["input_ids"].shape[1], chunk=args.logprob_chunk)
+            mask = answers["attention_mask"].to(lp)  # (mb, T)
+            means += ((lp * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
+    n = len(rows) - len(uniq)
+    base = {p.id: m for p, m in zip(uniq, means[n:])}
+    it = iter(means[:n])
+    return [next(it) - base[p.id] if p.reference else 0.0 for p in problems]
 
 
 def micro_batches(samples, size):
@@ -906,7 +1037,11 @@ def learn(run, samples, adv, B, m, times):
     show(run, f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
     t0 = time.time()
     run.model.train()
-    stats, skipped = {}, False
+    stats, skipped, updates = {}, False, 0
+    # With several passes a later one may go non-finite after earlier updates: keep the adapter and AdamW state from
+    # before the first pass, so "update skipped" means the whole step's updates (one pass needs no copy).
+    before = ([p.detach().clone() for p in run.params], copy.deepcopy(run.optimizer.state_dict())) \
+        if args.ppo_epochs > 1 else None
     with run.agent(run.role):
         for _ in range(args.ppo_epochs):
             run.optimizer.zero_grad(set_to_none=True)
@@ -929,14 +1064,21 @@ def learn(run, samples, adv, B, m, times):
                 skipped = True
                 break
             run.optimizer.step()
+            updates += 1
     if skipped:
-        # Non-finite loss or gradient: drop this step's update entirely, log it, and carry on.
+        # Non-finite loss or gradient: drop this step's updates entirely (all its passes), log it, and carry on.
         run.optimizer.zero_grad(set_to_none=True)
+        if before is not None and updates:
+            with torch.no_grad():
+                for p, saved in zip(run.params, before[0]):
+                    p.copy_(saved)
+            run.optimizer.load_state_dict(before[1])
         m["skipped"] = True
         say(run, f"warning: step {m['step']}: non-finite loss or gradient, update skipped", file=sys.stderr)
     else:
         m["grad_norm"] = float(grad_norm)
-        run.scheduler.step()  # the schedule counts updates: a skipped step does not advance it
+        for _ in range(updates):
+            run.scheduler.step()  # the schedule counts optimizer updates: a skipped step does not advance it
     run.model.eval()
     m.update(summed(grpo.gather(stats)))
     m["lr"] = run.optimizer.param_groups[0]["lr"]
@@ -978,6 +1120,9 @@ def log_evaluate_checkpoint(run, m):
         evaluated = f" | eval {helper} {m[eval_key(helper)]:.3f}"
         if "eval_cg" in m:
             evaluated += f" direct {m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}"
+        if "eval_plan_info" in m:
+            evaluated += (f" plan info {m['eval_plan_info']:+.3f} (+{m['eval_info_gained']} -{m['eval_info_lost']} "
+                          f"p={m['eval_info_p']:.3g})")
         if "eval_mcnemar_p" in m:
             evaluated += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
     if m.get("no_group"):

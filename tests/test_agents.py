@@ -245,7 +245,8 @@ def test_extract_code_non_string_is_empty():
 TOKENS = dict(max_new_tokens=6, plan_max_new_tokens=6)
 
 
-@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "content-free-plan", "other-plan"])
+@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "planner-coder-plain", "content-free-plan",
+                                    "other-plan"])
 def test_method_returns_n_attempts_per_problem(tiny, method):
     model, tok = tiny
     problems = [assert_problem(0), stdio_problem(), assert_problem(2)]
@@ -432,14 +433,14 @@ def test_plan_placeholders_finds_copied_skeleton_text(plan, copied):
     assert roles.plan_placeholders(plan) == copied
 
 
-def test_plan_format_ok_needs_all_four_parts_and_no_placeholder():
+def test_plan_check_needs_all_four_parts_and_no_placeholder():
     good = ("Input/Output: a list of ints; their sum.\nSteps: 1. Start the total at zero.\n2. Add each number to it.\n"
             "Conditions: an empty list gives zero.\nLoops: over the list once.")
-    assert roles.plan_format_ok(good)
+    assert roles.plan_check(good) == "ok"
     assert roles.plan_check(good.replace("\nLoops: over the list once.", "")) == "missing parts"
     assert roles.plan_check(good.replace("Add each number to it", "<next step>")) == "placeholder"
     # The untrained Planner's greedy format (the skeleton prompt with the pre-filled label) passes when filled in.
-    assert roles.plan_format_ok(roles.clean_plan(" a list; the sum.\nSteps: 1. Add the numbers up.\n"
+    assert "ok" == roles.plan_check(roles.clean_plan(" a list; the sum.\nSteps: 1. Add the numbers up.\n"
                                                  "2. Return the total sum.\nConditions: none.\nLoops: once."))
 
 
@@ -449,8 +450,8 @@ def test_plan_format_ok_needs_all_four_parts_and_no_placeholder():
     "Input/Output: (5, 6, 7, 4, 9), \"FDF\"\nSteps: [5, 'FDF', 6, 'FDF']\nConditions: None\nLoops: None",
     "Input/Output: a list.\nSteps: 1. Sort it now please.\n2. Return the last one.\nConditions: 4 > 0\nLoops: x",
 ])
-def test_plan_format_ok_refuses_labels_without_content(plan):
-    assert not roles.plan_format_ok(plan)
+def test_plan_check_refuses_labels_without_content(plan):
+    assert roles.plan_check(plan) not in ("ok", "cut")
 
 
 # Plans that say nothing about their problem: well formed, every part filled, and useless to the Coder. The first three
@@ -522,7 +523,7 @@ def test_a_plan_cut_at_the_budget_is_its_own_case_not_malformed():
     whole = INFORMATIVE[4]
     cut = whole[:whole.index("\nConditions")]  # ran out of tokens after Steps
     assert roles.plan_check(cut) == "missing parts"  # judged as complete, it would be malformed
-    assert roles.plan_check(cut, cut=True) == "cut" and roles.plan_format_ok(cut, cut=True)
+    assert roles.plan_check(cut, cut=True) == "cut"
     assert roles.plan_check(whole, cut=True) == "ok"
     # Cut before it said anything: still not a plan.
     assert roles.plan_check("Input/Output: two sorted lists a, b; one", cut=True) == "missing parts"

@@ -56,7 +56,7 @@ def test_mbpp_has_974_problems(mbpp_all):
 
 
 @pytest.mark.parametrize("split,size,lo,hi", [("prompt", 10, 1, 10), ("test", 500, 11, 510),
-                                               ("validation", 90, 511, 600), ("train", 374, 601, 974)])
+                                               ("validation", 90, 511, 600), ("train", 366, 601, 974)])  # train: 374 - 8 overlaps
 def test_mbpp_split_sizes(mbpp_path, split, size, lo, hi):
     problems = data.load("mbpp", path=mbpp_path, split=split)
     ids = [int(p.id.split("/")[1]) for p in problems]
@@ -621,3 +621,25 @@ def test_data_and_rewards_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=data.ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_mbpp_train_leaves_out_tasks_that_share_a_statement_assert_or_solution_with_held_out_ones(tmp_path):
+    def rec(tid, text, code, tests):
+        return json.dumps({"task_id": tid, "text": text, "code": code, "test_list": tests, "test_setup_code": ""})
+
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("\n".join([
+        rec(11, "Add two numbers.", "def add(a, b):\n    return a + b", ["assert add(1, 2) == 3"]),
+        rec(601, "add TWO  numbers.", "def f(x):\n    return x", ["assert f(1) == 1"]),          # same statement
+        rec(602, "Other.", "def g(x):\n    return x", ["assert add(1,2)==3"]),                  # same assert
+        rec(603, "Other 2.", "def add(a, b):\n  return a+b", ["assert add(0, 0) == 0"]),          # same solution
+        rec(604, "Unrelated.", "def h(x):\n    return 2 * x", ["assert h(1) == 2"]),
+    ]) + "\n")
+    assert [p.id for p in data.load("mbpp", str(path), split="train")] == ["mbpp/604"]
+    assert len(data.load("mbpp", str(path), split="all")) == 5
+    assert len(data.load("mbpp", str(path), split="test")) == 1  # the held-out side is untouched
+
+
+def test_mbpp_train_leaves_out_exactly_the_eight_known_overlaps(mbpp_path):
+    ids = {int(p.id.split("/")[1]) for p in data.load("mbpp", mbpp_path, split="train")}
+    assert len(ids) == 374 - 8 and not ids & {602, 625, 636, 699, 704, 759, 840, 872}

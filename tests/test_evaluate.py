@@ -222,6 +222,28 @@ def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
         assert json.load(f)["planner_adapter"] == str(tmp_path / "planner")
 
 
+def test_an_adapter_overwritten_at_the_same_path_does_not_reuse_old_results(tiny_model_dir, mbpp_path, tmp_path,
+                                                                            capsys):
+    import agents
+    import grpo
+    import torch
+
+    model, _ = agents.load_model(tiny_model_dir, dtype="float32")
+    grpo.add_lora(model, "planner", r=2)
+    grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
+    argv = FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
+                   "--adapter", f"planner={tmp_path / 'planner'}", "--out", str(tmp_path / "out")]
+    assert evaluate.main(argv) == 0
+    with torch.no_grad():  # "train" it: new weights, same path
+        for p in grpo.lora_parameters(model, "planner"):
+            p.add_(0.5)
+    grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
+    capsys.readouterr()
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "planner_adapter_digest" in err and len(err.strip().splitlines()) == 1
+
+
 def test_default_out_dir_without_and_with_adapters(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
     # No --out: runs/eval/<bench>-<split>-<model>-n<N>-t<T>, plus -a<hash of the adapter paths> when adapters are given.
     import agents
@@ -249,8 +271,8 @@ def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_p
 
     def fake_run_method(method, model, tokenizer, problems, n, **_):
         # Sample 0: the reference solution; sample 1: a program that defines nothing.
-        return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0),
-                 types.SimpleNamespace(program="pass", raw="", plan="", rounds=0)] for p in problems]
+        return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0, plan_cut=False),
+                 types.SimpleNamespace(program="pass", raw="", plan="", rounds=0, plan_cut=False)] for p in problems]
 
     monkeypatch.setattr(evaluate.agents, "run_method", fake_run_method)
     # A later flag wins in argparse: -n 2 and --temperature 0.8 override FAST's -n 1 and greedy.
@@ -347,7 +369,7 @@ def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_pa
         return jobs[-1]
     monkeypatch.setattr(evaluate.agents, "problem_job", spy)
     monkeypatch.setattr(evaluate.agents, "run_method", lambda method, model, tok, problems, n, **_: [
-        [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0)] for _ in problems])
+        [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0, plan_cut=False)] for _ in problems])
     fixture = os.path.join(ROOT, "tests", "fixtures", "codeforces.jsonl")
     assert evaluate.main(["--bench", "codeforces", "--data", fixture, "--method", "direct", "--dtype", "float32",
                           "--model", tiny_model_dir, "--bench-option", "time_factor=2", "--stop-on-failure",

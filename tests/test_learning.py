@@ -26,7 +26,9 @@ def run_toy(model_dir, data, out, steps, extra=()):
     train.main(["--stage", "toy", "--model", model_dir, "--out", str(out), "--num-steps", str(steps), "--data", data,
                 "--problems-per-step", "4", "--group-size", "8", "--max-new-tokens", "8", "--lr", "1e-2",
                 "--warmup-steps", "1", "--eval-every", "0", "--save-every", "100", "--limit", "16",
-                "--lora-r", "8", "--beta", "0.01", "--toy-target", "e", "--seed", "0", "--dtype", "float32", *extra])
+                "--lora-r", "8", "--beta", "0.01", "--toy-target", "e", "--seed", "0", "--dtype", "float32",
+                # plain GRPO scaling: the toy's rewards (fractions of 8 characters) differ by less than the floor
+                "--adv-std-floor", "0", *extra])
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
 
@@ -89,3 +91,29 @@ def test_lr_schedule_counts_updates_not_skipped_steps(learnable_model_dir, toy_m
     assert metrics[0].get("skipped") and not metrics[1].get("skipped")
     # lr after the skipped step: still the first warm-up value (1/4); after the first real update: 2/4.
     assert metrics[0]["lr"] == pytest.approx(1e-2 / 4) and metrics[1]["lr"] == pytest.approx(1e-2 * 2 / 4)
+
+
+def test_a_non_finite_second_pass_drops_the_first_pass_update_too(learnable_model_dir, toy_mbpp, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    # --ppo-epochs 2, one micro-batch per pass: the first pass updates, the second pass's loss is non-finite. The
+    # step must leave no trace: the adapter is still its initialisation (LoRA B = 0) and no update is counted.
+    real, calls = train.grpo.grpo_loss, []
+
+    def poisoned(*a, **k):
+        loss, st = real(*a, **k)
+        calls.append(1)
+        return (loss * float("nan"), st) if len(calls) == 2 else (loss, st)
+
+    monkeypatch.setattr(train.grpo, "grpo_loss", poisoned)
+    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=1,
+                      extra=("--ppo-epochs", "2", "--micro-batch", "32", "--warmup-steps", "4"))
+    assert metrics[0].get("skipped") and metrics[0]["lr"] == pytest.approx(1e-2 / 4)
+    tensors = load_file(os.path.join(tmp_path, "final", "coder", "adapter_model.safetensors"))
+    assert all(not t.any() for k, t in tensors.items() if "lora_B" in k)
+
+
+def test_the_lr_schedule_counts_each_ppo_pass_as_an_update(learnable_model_dir, toy_mbpp, tmp_path):
+    # Warm-up over 4 updates: one step of 2 passes is 2 updates, so the lr after it is 3/4 of the target.
+    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=1, extra=("--ppo-epochs", "2", "--warmup-steps", "4"))
+    assert metrics[0]["lr"] == pytest.approx(1e-2 * 3 / 4)

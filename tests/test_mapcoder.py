@@ -396,7 +396,7 @@ def test_debugger_sees_public_feedback_never_hidden_tests(tiny_model_dir, tmp_pa
     real = agents.sample
     monkeypatch.setattr(agents, "sample", lambda *a, **k: prompts.extend(a[2]) or real(*a, **k))
     train.main(small(tiny_model_dir, tmp_path / "run", "debugger", data,
-                     extra=("--eval-split", "train", "--eval-limit", "2")))
+                     extra=("--eval-split", "train", "--eval-limit", "2", "--allow-held-out-split")))
     # Training's Debugger prompts (the held-out mapcoder eval's also show the plan they followed).
     debugger_prompts = [p for p in prompts if agents.DEBUGGER_SYSTEM in p and "The plan it followed" not in p]
     assert debugger_prompts and all("return 0" in p and "Verdict: failed" in p for p in debugger_prompts)

@@ -301,12 +301,46 @@ def test_a_tenfold_cost_difference_keeps_the_promised_order():
 
 
 def test_format_gate_puts_format_first():
-    r = rewards.format_gated([1.05, 0.0, 0.5, 1.0], [False, True, True, True], penalty=0.5)
-    assert r == [-0.5, 0.0, 0.5, 1.0]
+    r = rewards.format_gated([1.05, 0.0, 0.5, 1.0, 1.05], ["content-free", "ok", "ok", "ok", "placeholder"],
+                             penalty=0.5)
+    assert r == [-0.5, 0.0, 0.5, 1.0, -0.5]
     with pytest.raises(ValueError):
-        rewards.format_gated([1.0], [True, False])
+        rewards.format_gated([1.0], ["ok", "ok"])
     with pytest.raises(ValueError):
-        rewards.format_gated([1.0], [True], penalty=-1)
+        rewards.format_gated([1.0], ["ok"], penalty=-1)
+
+
+def test_a_cut_plan_is_scored_by_its_code_minus_a_small_deduction():
+    r = rewards.format_gated([1.0, 0.0, 1.0, 0.0], ["cut", "cut", "ok", "missing parts"], penalty=0.5, cut_penalty=0.1)
+    assert r == [0.9, -0.1, 1.0, -0.5]
+    # Order: a passing cut plan beats a failing complete one; any cut plan beats a gated one.
+    assert r[0] > 0.0 > r[1] > r[3]
+
+
+def test_content_free_plans_of_the_agents_tests_never_earn_more_than_the_worst_informative_plan():
+    # The gate end to end: the Coder passing with a content-free plan (1.05) still ranks below an informative plan
+    # whose program fails (0.0).
+    import agents
+    from test_agents import CONTENT_FREE, INFORMATIVE
+
+    free = rewards.format_gated([1.05] * len(CONTENT_FREE), [agents.plan_check(p) for p in CONTENT_FREE])
+    informative = rewards.format_gated([0.0] * len(INFORMATIVE), [agents.plan_check(p) for p in INFORMATIVE])
+    assert max(free) < min(informative)
+
+
+def test_an_efficiency_only_group_gets_small_advantages_under_the_std_floor():
+    # Every program passes; one copy is measurably slower. Plain std-normalisation turns the 0.03 bonus gap into a
+    # full -2.5 advantage; the floor keeps it at the size of the reward difference.
+    import grpo
+    import torch
+
+    r = [1.05] * 7 + [1.02]
+    plain, _ = grpo.group_advantages(r, 8)
+    floored, _ = grpo.group_advantages(r, 8, std_floor=0.1)
+    assert plain[-1] < -2.0 and -0.35 < floored[-1] < -0.25
+    # A group where pass rates differ is untouched by the floor (its std is far above it).
+    mixed = [1.0, 0.0] * 4
+    assert torch.equal(grpo.group_advantages(mixed, 8)[0], grpo.group_advantages(mixed, 8, std_floor=0.1)[0])
 
 
 @pytest.mark.parametrize("b,c,p", [(0, 0, 1.0), (5, 0, 0.0625), (12, 3, 0.03515625), (4, 4, 1.0), (0, 6, 0.03125)])

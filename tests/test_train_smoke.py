@@ -86,6 +86,30 @@ def test_resume_continues_from_last_checkpoint(tiny_model_dir, mbpp_path, coder_
     assert [r["step"] for r in read_metrics(coder_run)] == [1, 2, 3]
 
 
+def test_resume_with_a_setting_that_changes_results_is_refused(tiny_model_dir, mbpp_path, planner_run, capsys):
+    before = read_metrics(planner_run)
+    with pytest.raises(SystemExit) as e:
+        train.main(small(tiny_model_dir, planner_run, "planner", mbpp_path, steps=3, extra=("--lr", "3e-4", "--resume")))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--lr" in err[0] and "0.0003" in err[0]
+    assert read_metrics(planner_run) == before  # nothing touched
+
+
+def test_training_on_a_held_out_split_is_refused(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    for split in ("test", "validation"):
+        with pytest.raises(SystemExit) as e:
+            train.main(small(tiny_model_dir, tmp_path / split, "planner", mbpp_path, extra=("--split", split)))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and "--allow-held-out-split" in err[0]
+        assert not os.path.exists(tmp_path / split)
+
+
+def test_top_p_below_1_is_refused_in_training(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path, extra=("--top-p", "0.9")))
+    assert e.value.code == 2 and "--top-p" in capsys.readouterr().err
+
+
 def test_existing_run_without_resume_is_refused(tiny_model_dir, mbpp_path, planner_run, capsys):
     with pytest.raises(SystemExit) as e:
         train.main(small(tiny_model_dir, planner_run, "planner", mbpp_path))
@@ -167,13 +191,16 @@ def test_planner_eval_rows_direct_once_and_paired_test(planner_run):
     # the paired comparison with step 0.
     start = [json.loads(line) for line in open(planner_run / "eval" / "step_000000.jsonl")]
     end = [json.loads(line) for line in open(planner_run / "eval" / "step_000002.jsonl")]
-    assert {r["method"] for r in start} == {"planner-coder", "direct"}
-    assert all(r.get("cached_from_step") == 0 for r in end if r["method"] == "direct")
+    assert {r["method"] for r in start} == {"planner-coder", "content-free-plan", "direct"}
+    # The Coder-only rows (direct, the content-free plan) are run once: the Coder is frozen in this stage.
+    assert all(r.get("cached_from_step") == 0 for r in end if r["method"] != "planner-coder")
     last = read_metrics(planner_run)[-1]
     for key in ("eval_gained", "eval_lost", "eval_mcnemar_p", "eval_plan_parts_frac", "eval_plan_placeholder_frac",
-                "eval_plan_chars", "t_eval"):
+                "eval_plan_chars", "eval_plan_cut_frac", "eval_plan_info", "eval_info_gained", "eval_info_lost",
+                "eval_info_p", "t_eval"):
         assert key in last, key
-    for key in ("plan_parts_frac", "plan_placeholder_frac", "plan_chars", "eff_only_frac"):
+    for key in ("plan_parts_frac", "plan_placeholder_frac", "plan_chars", "plan_cut_frac", "plan_content_free_frac",
+                "eff_only_frac"):
         assert key in read_metrics(planner_run)[0], key
 
 
@@ -257,3 +284,36 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tiny_model_dir, 
     again = line.split("python train.py ", 1)[1].split() + ["--num-steps", "1"]
     train.main(again)
     assert [json.loads(x)["step"] for x in open(out / "metrics.jsonl")] == [1]
+
+
+def test_reference_information_equals_a_naive_likelihood_difference(tiny_model_dir):
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+
+    import agents
+    from data import Problem
+
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    ref = "def add(a, b):\n    return a + b"
+    p = Problem(id="mbpp/1", bench="mbpp", statement="Add two numbers.", kind="assert",
+                public_tests=["assert add(1, 2) == 3"], hidden_tests=["assert add(1, 2) == 3"], entry_point="add",
+                reference=ref)
+    q = Problem(id="mbpp/2", bench="mbpp", statement="No reference here.", kind="assert",
+                public_tests=["assert f(1) == 1"], hidden_tests=["assert f(1) == 1"], entry_point="f")
+    run = SimpleNamespace(args=SimpleNamespace(micro_batch=2, logprob_chunk=7), tokenizer=tok, model=model,
+                          device=torch.device("cpu"), agent=lambda role: contextlib.nullcontext())
+    plans = ["Input/Output: two ints; their sum.\nSteps: 1. Return a + b.", agents.CONTENT_FREE_PLAN, "anything"]
+    gains = train.reference_information(run, [p, p, q], plans)
+
+    def naive(plan):  # one unpadded sequence, full logits
+        prompt = tok(agents.coder_prompt(tok, p, plan), add_special_tokens=False)["input_ids"]
+        answer = tok(f"```python\n{ref}\n```", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + answer])).logits[0, len(prompt) - 1:-1]
+        return logits.log_softmax(-1).gather(1, torch.tensor(answer)[:, None]).mean().item()
+
+    assert gains[0] == pytest.approx(naive(plans[0]) - naive(agents.CONTENT_FREE_PLAN), abs=1e-4)
+    assert gains[1] == pytest.approx(0.0, abs=1e-4)  # the content-free plan carries no information by definition
+    assert gains[2] == 0.0  # no reference solution: no signal
