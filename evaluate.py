@@ -77,6 +77,13 @@ class UsageError(Exception):
     """A problem with the user's inputs; main() prints it as one `error: ...` line and exits 2."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one error line (both scripts): the message and where to look, not ~20 lines of usage."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Pure helpers (no model, no sandbox): unit-tested on hand-made records.
 
@@ -463,7 +470,7 @@ def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, t
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     # --- what to evaluate ---
     p.add_argument("--bench", default="mbpp", choices=sorted(data.LOADERS),
                    help="benchmark (default: %(default)s)")
@@ -606,6 +613,10 @@ def evaluate_row(name, method, todo, problems, args, model, tokenizer, agent, po
                 f.flush()
                 os.fsync(f.fileno())
         bar.update(len(whole))
+        if rank == 0 and bar.disable:  # a log file gets one line per chunk instead of the bar
+            done = len(problems) - len(todo) + start + len(whole)
+            print(f"{name}: {done}/{len(problems)} problems, {sum(json.loads(line)['passed'] > 0 for line in lines)}"
+                  f"/{len(lines)} of this chunk passed, {gen_s + exec_s:.0f} s", flush=True)
     bar.close()
 
 
@@ -701,6 +712,12 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"error: {where}{e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Every finished chunk is on disk (appended and fsynced): the same command skips it and continues.
+        out = args.out or (default_out_dir(args) if hasattr(args, "adapters") else "the out dir")
+        print(f"\n{where}interrupted: finished chunks are saved in {out}; the same command continues where this one "
+              "stopped", file=sys.stderr)
+        return 130
     except Exception as e:
         if world == 1:
             raise

@@ -119,7 +119,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(
+    p = evaluate.OneLineParser(
         description="Collaborative GRPO for code generation (CoRe-Code): train the Planner (--stage planner), then "
                     "the Coder (--stage coder); or MapCoder's Retrieval agent (--stage retriever) or Debugging agent "
                     "(--stage debugger) with the other agents frozen. Each agent is a named LoRA adapter on one "

@@ -399,3 +399,28 @@ def test_batch_size_chunks_the_problems(tiny_model_dir, mbpp_path, tmp_path, mon
     assert evaluate.main(FAST + ["--limit", "3", "--method", "direct", "--batch-size", "2", "--model", tiny_model_dir,
                                  "--data", mbpp_path, "--out", str(tmp_path)]) == 0
     assert sizes == [2, 1] and len(evaluate.read_records(str(tmp_path / "direct.jsonl"))) == 3
+
+
+def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        evaluate.parse_args(["--no-such-flag"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--no-such-flag" in err[0] and "--help" in err[0]
+
+
+def test_ctrl_c_is_one_line_saying_the_same_command_continues(monkeypatch, tmp_path, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate, "run", interrupted)
+    assert evaluate.main(["--out", str(tmp_path / "o")]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "same command continues" in err[0] and str(tmp_path / "o") in err[0]
+
+
+def test_a_log_file_gets_one_progress_line_per_chunk(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    argv = FAST + ["--method", "direct", "--batch-size", "1", "--model", tiny_model_dir, "--data", mbpp_path,
+                   "--out", str(tmp_path / "o")]
+    assert evaluate.main(argv) == 0
+    out = capsys.readouterr().out  # not a terminal: no bar, a line per chunk
+    assert "direct: 1/2 problems" in out and "direct: 2/2 problems" in out

@@ -317,3 +317,10 @@ def test_reference_information_equals_a_naive_likelihood_difference(tiny_model_d
     assert gains[0] == pytest.approx(naive(plans[0]) - naive(agents.CONTENT_FREE_PLAN), abs=1e-4)
     assert gains[1] == pytest.approx(0.0, abs=1e-4)  # the content-free plan carries no information by definition
     assert gains[2] == 0.0  # no reference solution: no signal
+
+
+def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.get_args(["--stage", "nope"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "'nope'" in err[0] and "--help" in err[0]
