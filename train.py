@@ -838,7 +838,7 @@ def train(args, pool, rank=0, world=1):
             show(run, f"held-out eval on {len(run.eval_set)} problems")
             start_eval = held_out_eval(run, 0)
             m.update({k + "_start": v for k, v in start_eval.items()})
-            say(run, "step 0: eval " + " ".join(f"{k[:-6]} {v:.3f}" for k, v in m.items() if k.endswith("_start")))
+            say(run, "step 0:" + eval_line(start_eval, STAGES[args.stage].get("eval_method", "planner-coder")))
         grpo_step(run, step, m)
         log_evaluate_checkpoint(run, m)
     if run.lead:
@@ -1101,6 +1101,20 @@ def sum_gradients(run, skipped):
     return False
 
 
+def eval_line(m, helper):
+    """The held-out evaluation in words, one format for step 0 and later steps: pass@1 of the helper method and of
+    direct coding, CG, plan information with its paired counts, and the paired comparison with step 0."""
+    line = f" eval {helper} {m[eval_key(helper)]:.3f}"
+    if "eval_cg" in m:
+        line += f" direct {m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}"
+    if "eval_plan_info" in m:
+        line += (f" plan info {m['eval_plan_info']:+.3f} (+{m['eval_info_gained']} -{m['eval_info_lost']} "
+                 f"p={m['eval_info_p']:.3g})")
+    if "eval_mcnemar_p" in m:
+        line += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
+    return line
+
+
 def log_evaluate_checkpoint(run, m):
     """Phases 7-8 of a step (also of a step skipped for want of a group): held-out eval when due (every rank takes
     its share), then on rank 0 one metrics line, one progress line, the curves, and the checkpoint when due."""
@@ -1115,16 +1129,7 @@ def log_evaluate_checkpoint(run, m):
     with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(m) + "\n")
     helper = STAGES[args.stage].get("eval_method", "planner-coder")
-    evaluated = ""
-    if eval_key(helper) in m:
-        evaluated = f" | eval {helper} {m[eval_key(helper)]:.3f}"
-        if "eval_cg" in m:
-            evaluated += f" direct {m['eval_pass1_direct']:.3f} CG {m['eval_cg']:+.3f}"
-        if "eval_plan_info" in m:
-            evaluated += (f" plan info {m['eval_plan_info']:+.3f} (+{m['eval_info_gained']} -{m['eval_info_lost']} "
-                          f"p={m['eval_info_p']:.3g})")
-        if "eval_mcnemar_p" in m:
-            evaluated += f" vs step 0: +{m['eval_gained']} -{m['eval_lost']} p={m['eval_mcnemar_p']:.3g}"
+    evaluated = " |" + eval_line(m, helper) if eval_key(helper) in m else ""
     if m.get("no_group"):
         say(run, f"step {done}: no problem of the batch failed its public tests: nothing to train on, step skipped"
                  + evaluated)
@@ -1134,7 +1139,7 @@ def log_evaluate_checkpoint(run, m):
         say(run, f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
                  f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
                  f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
-                 f"t {m['t_sample']:.1f}/{m['t_execute']:.1f}/{m['t_learn']:.1f}s" + evaluated)
+                 f"| sample {m['t_sample']:.1f}s execute {m['t_execute']:.1f}s learn {m['t_learn']:.1f}s" + evaluated)
     if "t_eval" in m or last:
         plot_curves(args.out)
     # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).

@@ -324,3 +324,12 @@ def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
         train.get_args(["--stage", "nope"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "'nope'" in err[0] and "--help" in err[0]
+
+
+def test_the_eval_line_is_labelled_the_same_at_step_0_and_later():
+    m = {"eval_pass1_planner_coder": 0.3, "eval_pass1_direct": 0.4, "eval_cg": -0.1, "eval_plan_info": 0.05,
+         "eval_info_gained": 3, "eval_info_lost": 1, "eval_info_p": 0.625}
+    line = train.eval_line(m, "planner-coder")
+    assert line == " eval planner-coder 0.300 direct 0.400 CG -0.100 plan info +0.050 (+3 -1 p=0.625)"
+    later = train.eval_line(dict(m, eval_gained=2, eval_lost=0, eval_mcnemar_p=0.5), "planner-coder")
+    assert later.startswith(line) and later.endswith("vs step 0: +2 -0 p=0.5") and "eval_" not in later
