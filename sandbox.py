@@ -126,7 +126,10 @@ class ProgramResult(NamedTuple):
     total: int
     cpu_s: float          # user + sys of the child (and what it reaped), from os.wait4 in the fork server
     wall_s: float
-    peak_bytes: int       # child max RSS minus that of a no-op child forked the same way (>= 0)
+    peak_bytes: int       # with a memory cgroup: the highest sum of pages charged to the run's processes (shmem,
+                          # memfd, tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
+                          # for a no-op child forked the same way (>= 0). Granularity 256 KB with a cgroup (the
+                          # kernel charges in batches of 64 pages).
     stdout: str = ""      # short excerpts
     stderr: str = ""
     error: str = ""
@@ -827,6 +830,7 @@ class _ServerState:
                          "notes": []}
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
         self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
+        self.cgroup = None        # _MemoryCgroup, or None: peaks are then max RSS
         self.pid_max = 32768
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
@@ -857,6 +861,7 @@ def _enter_namespaces(st):
     if pid:
         os.closerange(0, 3)
         _, status = os.waitpid(pid, 0)
+        _remove_memory_cgroup(st)       # the server and its runs are gone: so is what they were counted in
         os._exit(os.waitstatus_to_exitcode(status) & 255)
     st.features.update(mode="namespaces", user_ns=not st.is_root, pid_ns=True, net_ns=True, mount_ns=True)
     # Pids in our namespace would run in sequence from run to run, a state a run can read and steer (run 0 forks
@@ -878,6 +883,7 @@ def _enter_isolation(mode):
     st = _STATE
     if st.is_root:
         st.features.update(run_as=RUN_UID, drops_to_nobody=True)
+    _make_memory_cgroup(st)             # while /sys and /proc are visible, and before the shim forks
     if mode == "none":
         st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
     else:
@@ -906,6 +912,110 @@ def _enter_isolation(mode):
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
                        "LANG": "C.UTF-8"})
+
+
+class _MemoryCgroup(NamedTuple):
+    """The worker's memory cgroup (v1): open files, kept across pivot_root; runs go there one at a time."""
+    parent_fd: int     # the cgroup we were started in, where ours is made and removed
+    name: str
+    procs: int         # cgroup.procs: a child writes "0" to move itself in
+    limit: int         # memory.limit_in_bytes
+    max_usage: int     # memory.max_usage_in_bytes: writing resets it to the current usage
+    usage: int         # memory.usage_in_bytes
+    stat: int          # memory.stat (its "shmem" line)
+
+
+def _make_memory_cgroup(st):
+    """A memory cgroup of this worker's own, below the one we run in, that each run joins before any candidate
+    code: the kernel then counts every page the run's processes are charged for, all of them together (anonymous
+    memory, memfd / shmem / tmpfs pages, SysV segments, page tables), and enforces the limit on that sum. One per
+    worker, not per run: runs are sequential, its peak is reset before each, and making and removing cgroups per
+    run costs more than a run. cgroup v1 only (what these machines mount), as root only (v1 files are root's).
+    Without it, features["memory"] = "max_rss" and a run's peak is its largest process's max RSS."""
+    st.features["memory"] = "max_rss"
+    if not st.is_root:
+        st.features["notes"].append("memory: max RSS of the largest process (a memory cgroup needs root)")
+        return
+    try:
+        mount = None
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                tail = fields[fields.index("-") + 1:]
+                if tail[0] == "cgroup" and "memory" in tail[2].split(","):
+                    mount = (fields[4], fields[3])          # mount point, the hierarchy's path mounted there
+        if mount is None:
+            raise OSError("no cgroup v1 memory hierarchy mounted")
+        with open("/proc/self/cgroup") as f:
+            ours = next(line.split(":", 2)[2].strip() for line in f if "memory" in line.split(":")[1].split(","))
+        parent = os.path.normpath(os.path.join(mount[0], os.path.relpath(ours, mount[1])))
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _remove_stale_cgroups(parent_fd)
+        name = f"corecode-sandbox-{os.getpid()}-{os.urandom(4).hex()}"
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+        path = os.path.join(parent, name)
+        files = [os.open(os.path.join(path, f), mode | os.O_CLOEXEC) for f, mode in (
+            ("cgroup.procs", os.O_WRONLY), ("memory.limit_in_bytes", os.O_WRONLY),
+            ("memory.max_usage_in_bytes", os.O_RDWR), ("memory.usage_in_bytes", os.O_RDONLY),
+            ("memory.stat", os.O_RDONLY))]
+    except (OSError, StopIteration, ValueError, IndexError) as e:
+        st.features["notes"].append(f"memory: max RSS of the largest process (no memory cgroup: {e})")
+        return
+    try:
+        with open(os.path.join(path, "memory.swappiness"), "w") as f:
+            f.write("0")        # a page swapped out would drop out of the count
+    except OSError:
+        pass                    # swap is rare on these machines; the count is exact without it
+    st.cgroup = _MemoryCgroup(parent_fd, name, *files)
+    st.features["memory"] = "cgroup_v1"
+
+
+def _remove_stale_cgroups(parent_fd):
+    """Remove the cgroups of workers killed before their shim could (named after the shim's pid, which is gone).
+    Another user's live worker keeps its own: its pid exists, and a cgroup with processes cannot be removed."""
+    for name in os.listdir(parent_fd):
+        parts = name.split("-")
+        if name.startswith("corecode-sandbox-") and len(parts) == 4 and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+                continue                      # alive (or a pid reused since: left for a later worker)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            try:
+                os.rmdir(name, dir_fd=parent_fd)
+            except OSError:
+                pass                          # in use after all: not ours to take
+
+
+def _remove_memory_cgroup(st):
+    """Remove the worker's cgroup (empty once the server and its runs are gone)."""
+    if st.cgroup is not None:
+        try:
+            os.rmdir(st.cgroup.name, dir_fd=st.cgroup.parent_fd)
+        except OSError:
+            pass                # still in use (the server lives on): the shim or the server's exit removes it
+
+
+def _cgroup_shmem(cg):
+    for line in os.pread(cg.stat, 1 << 16, 0).split(b"\n"):
+        if line.startswith(b"shmem "):
+            return int(line.split()[1])
+    return 0
+
+
+def _cgroup_start(cg, limit_bytes):
+    """Before a run: wait (up to 1 s) until the previous run's IPC namespace is freed (the kernel does that
+    after the run ends; its SysV pages would otherwise count, then vanish, inside this run's figures), reset the
+    peak to the current usage and set the limit above it. Returns the usage the run starts from."""
+    deadline = time.monotonic() + 1.0
+    while _cgroup_shmem(cg) > (1 << 20) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.pwrite(cg.max_usage, b"0", 0)
+    start = int(os.pread(cg.usage, 64, 0))
+    os.pwrite(cg.limit, b"%d" % (start + limit_bytes), 0)
+    return start
 
 
 def _probe_run_namespaces(st):
@@ -1236,6 +1346,9 @@ def _spawn_and_wait(job_fd, index, limits):
                run_namespaces=st.features["run_namespaces"], cgroup_procs=None)
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
+    if st.cgroup is not None:
+        cg_start = _cgroup_start(st.cgroup, limits["memory_limit_mb"] << 20)
+        run["cgroup_procs"] = st.cgroup.procs
     if st.last_pid_fd is not None:
         # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
         os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
@@ -1246,7 +1359,7 @@ def _spawn_and_wait(job_fd, index, limits):
     if pid == 0:
         _child_main(run)
     limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S, t0)
-    cpu_s, maxrss_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
     _kill_run(pid)             # helpers still running, orphans: all of them, now
     while st.features["pid_ns"]:
         try:
@@ -1254,7 +1367,10 @@ def _spawn_and_wait(job_fd, index, limits):
         except ChildProcessError:
             break
         cpu_s += usage.ru_utime + usage.ru_stime
-        maxrss_kb = max(maxrss_kb, usage.ru_maxrss)
+        peak_kb = max(peak_kb, usage.ru_maxrss)
+    if st.cgroup is not None:
+        # The sum over the run's processes and every page they were charged for, at its highest.
+        peak_kb = (int(os.pread(st.cgroup.max_usage, 64, 0)) - cg_start) // 1024
     try:
         os.rmdir(run_dir)          # the common case: the program wrote nothing
     except OSError:
@@ -1263,7 +1379,7 @@ def _spawn_and_wait(job_fd, index, limits):
         _clear_runs_dir()
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "limit": limit_hit, "cpu_s": cpu_s, "maxrss_kb": maxrss_kb, "wall_s": wall}
+            "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": peak_kb, "wall_s": wall}
 
 
 def _send_run(fd, rid, obs):
@@ -1281,9 +1397,9 @@ def _send_run(fd, rid, obs):
     # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
     # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
     _write_all(fd, b'{"op": "run", "id": %d, "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, '
-                   b'"cpu_s": %a, "maxrss_kb": %d, "wall_s": %a}\n'
+                   b'"cpu_s": %a, "peak_kb": %d, "wall_s": %a}\n'
                % (rid, b"null" if limit is None else b'"%s"' % limit.encode(), *(n for _, _, n in parts),
-                  _json_int(obs["signal"]), _json_int(obs["exit"]), obs["cpu_s"], obs["maxrss_kb"], obs["wall_s"]))
+                  _json_int(obs["signal"]), _json_int(obs["exit"]), obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
     for src, offset, n in parts:
         while n:
             k = os.sendfile(fd, src, offset, n)
@@ -1312,7 +1428,7 @@ def _measure_baseline():
     job_fd = _memfd_with(_job_bytes({"kind": "assert", "program": "", "snippets": [], "args": []}))
     obs = _spawn_and_wait(job_fd, 0, {"time_limit_s": 5.0, "memory_limit_mb": 256})
     _close_all([job_fd, *obs["files"].values()])
-    _STATE.baseline_kb = obs["maxrss_kb"]
+    _STATE.baseline_kb = obs["peak_kb"]
     _STATE.baseline_rss_kb = _statm(1) // 1024
 
 
@@ -1386,6 +1502,8 @@ def _serve(mode):
         _write_all(proto_out, reply)
     if not st.features["minimal_root"]:
         _remove_tree(st.runs_dir)     # our temporary directory on the host
+    if not st.features["pid_ns"]:
+        _remove_memory_cgroup(st)     # no shim to do it once we are gone
 
 
 def _read_exact(fd, n):
@@ -1573,7 +1691,7 @@ def _failure_verdict(entry):
 
 def _termination_verdict(run, job, baseline_kb):
     """Why a run was stopped, as (verdict, message): a limit or a signal; None when it ended by itself."""
-    peak = max(0, run["maxrss_kb"] - baseline_kb) * 1024
+    peak = max(0, run["peak_kb"] - baseline_kb) * 1024
     if run["limit"] == "timeout":
         return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
     if run["limit"] == "output_limit":
@@ -1700,7 +1818,7 @@ def _finish(job, tests, runs, baseline_kb, error=""):
     """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
     tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
     cpu = sum(r["cpu_s"] for r in runs)
-    peak = max([max(0, r["maxrss_kb"] - baseline_kb) * 1024 for r in runs] or [0])
+    peak = max([max(0, r["peak_kb"] - baseline_kb) * 1024 for r in runs] or [0])
     if job.kind == "assert" and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else

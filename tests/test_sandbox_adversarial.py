@@ -973,3 +973,35 @@ def test_the_memory_limit_counts_every_page_of_every_process(pool, name):
     program, mb = HIDDEN_MEMORY[name]
     r = pool.run([sb.Job(program, "assert", list(CASES), fn_name="f", memory_limit_mb=96, time_limit_s=4)])[0]
     assert r.verdict != "passed", f"{name}: {mb} MB held under a 96 MB limit, peak {r.peak_bytes / 2**20:.1f} MB"
+
+
+def _worker_cgroups(shim_pid):
+    """The memory cgroup directories a worker (its shim's pid) made below this process's memory cgroup."""
+    import glob
+    with open("/proc/self/mountinfo") as f:
+        mounts = [(ln.split()[4], ln.split()[3]) for ln in f
+                  if ln.split(" - ")[1].split()[0] == "cgroup" and "memory" in ln.split(" - ")[1].split()[2].split(",")]
+    with open("/proc/self/cgroup") as f:
+        ours = next(ln.split(":", 2)[2].strip() for ln in f if "memory" in ln.split(":")[1].split(","))
+    parent = os.path.normpath(os.path.join(mounts[-1][0], os.path.relpath(ours, mounts[-1][1])))
+    return glob.glob(os.path.join(parent, f"corecode-sandbox-{shim_pid}-*"))
+
+
+def test_a_workers_cgroup_does_not_outlive_its_pool():
+    with sb.SandboxPool(1) as p:
+        _skip_without_memory_accounting(p)
+        shim = p._workers[0].proc.pid
+        assert len(_worker_cgroups(shim)) == 1, "the worker's cgroup is not where this test looks"
+    assert _worker_cgroups(shim) == []
+
+
+def test_a_killed_workers_cgroup_is_removed_by_the_next_pool():
+    p = sb.SandboxPool(1)
+    _skip_without_memory_accounting(p)
+    shim = p._workers[0].proc.pid
+    os.killpg(shim, signal.SIGKILL)          # the worker's session: shim and server, before either can clean up
+    p._workers[0].proc.wait()
+    p.close()
+    assert len(_worker_cgroups(shim)) == 1, "nothing was left: this test cannot see the removal"
+    with sb.SandboxPool(1):
+        assert _worker_cgroups(shim) == []
