@@ -71,7 +71,7 @@ VALUE_MAX_EXPONENT = 10 ** 4    # |adjusted exponent| of a Decimal (int(Decimal(
 FILE_SIZE_MB = 64               # RLIMIT_FSIZE: no test needs bigger files
 MAX_OPEN_FILES = 256            # RLIMIT_NOFILE
 MAX_PROCESSES = 64              # RLIMIT_NPROC (enforced for non-root uids only; see the PID namespace)
-SCRATCH_MB = 256                # size of the tmpfs holding run directories (minimal-root mode)
+SCRATCH_MB = 256                # size of the tmpfs each run gets as its directory (minimal-root mode)
 SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
@@ -899,14 +899,14 @@ def _enter_isolation(mode):
         try:
             _build_minimal_root()
             st.features["minimal_root"] = True
-            st.runs_dir = "/sbx"
+            st.runs_dir = st.run_dir = "/sbx"
         except OSError as e:
             st.features["notes"].append(f"minimal root unavailable ({e}); the host filesystem is visible")
     if st.runs_dir is None:
         import tempfile
         st.runs_dir = tempfile.mkdtemp(prefix="corecode-sandbox-")
         os.chmod(st.runs_dir, 0o755)
-    st.run_dir = os.path.join(st.runs_dir, "run")
+    st.run_dir = st.run_dir or os.path.join(st.runs_dir, "run")
     if st.features["pid_ns"]:
         _probe_run_namespaces(st)
     os.environ.clear()
@@ -1061,7 +1061,7 @@ def _bind_read_only(src, dst, device=False):
 
 def _build_minimal_root():
     """A read-only root with /usr, the Python installation and /dev/{null,zero,random,urandom} only: no
-    /proc (no peeking at other processes), no /tmp, /home or data; one size- and inode-capped tmpfs (/sbx)."""
+    /proc (no peeking at other processes), no /tmp, /home or data; /sbx, where each run gets a tmpfs of its own."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)     # nothing we mount propagates to the host
     sources = ["/usr", sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix,
                os.path.dirname(os.path.realpath(sys.executable)), "/etc/ld.so.cache"]
@@ -1083,8 +1083,6 @@ def _build_minimal_root():
             _bind_read_only(dev, base + dev, device=True)
     for d in ("/tmp", "/sbx", "/.old"):       # /tmp exists, but nobody may write to it
         os.makedirs(base + d, mode=0o755, exist_ok=True)
-    _mount("tmpfs", base + "/sbx", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=755")
     _check(_libc.pivot_root(base.encode(), (base + "/.old").encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(b"/.old", MNT_DETACH), "umount old root")
@@ -1210,14 +1208,35 @@ class _LineReader:
 
 def _new_run_dir():
     """The run directory: the same path every time (a worker's runs are sequential, so the environment
-    naming it is set once), created empty before each run and removed after it."""
+    naming it is set once), created empty before each run and removed after it (_drop_run_dir). Under the
+    minimal root it is a size- and inode-capped tmpfs of the run's own, unmounted whole afterwards: cleanup
+    is the kernel freeing at most SCRATCH_INODES inodes, whatever the program made of them."""
     st = _STATE
+    if st.features["minimal_root"]:
+        owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
+        _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
+        return st.run_dir
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")    # never reuse what was left
     os.mkdir(st.run_dir, 0o700)
     if st.is_root:
         os.chown(st.run_dir, RUN_UID, RUN_UID)
     return st.run_dir
+
+
+def _drop_run_dir(run_dir):
+    """After a run (every process of it reaped): its directory and whatever it left."""
+    st = _STATE
+    if st.features["minimal_root"]:
+        _check(_libc.umount2(run_dir.encode(), MNT_DETACH), "unmount the run's tmpfs")
+        return
+    try:
+        os.rmdir(run_dir)          # the common case: the program wrote nothing
+    except OSError:
+        _remove_tree(run_dir)
+    if not st.is_root:
+        _clear_runs_dir()
 
 
 def _remove_tree(path):
@@ -1371,12 +1390,7 @@ def _spawn_and_wait(job_fd, index, limits):
     if st.cgroup is not None:
         # The sum over the run's processes and every page they were charged for, at its highest.
         peak_kb = (int(os.pread(st.cgroup.max_usage, 64, 0)) - cg_start) // 1024
-    try:
-        os.rmdir(run_dir)          # the common case: the program wrote nothing
-    except OSError:
-        _remove_tree(run_dir)
-    if not st.is_root:
-        _clear_runs_dir()
+    _drop_run_dir(run_dir)
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": peak_kb, "wall_s": wall}

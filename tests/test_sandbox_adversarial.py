@@ -1005,3 +1005,26 @@ def test_a_killed_workers_cgroup_is_removed_by_the_next_pool():
     assert len(_worker_cgroups(shim)) == 1, "nothing was left: this test cannot see the removal"
     with sb.SandboxPool(1):
         assert _worker_cgroups(shim) == []
+
+
+# --- 9. cleanup after a run is bounded by what the run may create ------------------------------------------
+WIDE_TREES = {
+    # 8,000 empty directories side by side (the inode cap of the run's scratch space is 8,192).
+    "flat": "import os\nfor i in range(8000):\n    os.mkdir(str(i))\n",
+    # 2,600 directories each holding a directory and a file.
+    "two_levels": "import os\nfor i in range(2600):\n    os.makedirs(f'{i}/d')\n    open(f'{i}/f', 'w').close()\n",
+}
+
+
+@pytest.mark.parametrize("tree", sorted(WIDE_TREES))
+def test_cleaning_up_a_wide_tree_takes_no_longer_than_making_it(tree):
+    # Cleanup is the server's time, charged to no run: it must stay within a small multiple of what the run
+    # itself needed, or a run stalls its worker (and the client restarts it) at no cost to itself.
+    with sb.SandboxPool(1) as one:
+        job = sb.Job(WIDE_TREES[tree] + "def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f",
+                     time_limit_s=5.0)
+        t0 = time.monotonic()
+        first, honest = one.run([job, sb.Job("def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")])
+        took = time.monotonic() - t0
+    assert first.verdict == "passed" and honest.verdict == "passed", (first.error, honest.error)
+    assert took < 3 * first.wall_s + 1.0, f"the run took {first.wall_s:.2f} s, the run and its cleanup {took:.2f} s"
