@@ -1172,6 +1172,9 @@ def _cpu_rlimit(time_limit_s):
 # ---------------------------------------------------------------------------------------------------
 # The fork server
 # ---------------------------------------------------------------------------------------------------
+_DEVNULL_FD = None     # opened by the first client that drops bytes (_LineReader.skip)
+
+
 class _LineReader:
     """Line buffer over a raw fd (select() and buffered file objects do not mix)."""
     def __init__(self, fd):
@@ -1187,6 +1190,27 @@ class _LineReader:
 
     def read_bytes(self, n, timeout=None):
         return self._take(lambda: n if len(self.buf) >= n else -1, 0, timeout)
+
+    def skip(self, n, timeout=None):
+        """Drop the next n bytes, read in chunks and never held together; False at end of file."""
+        global _DEVNULL_FD
+        if _DEVNULL_FD is None:
+            _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        dropped = min(n, len(self.buf))
+        del self.buf[:dropped]
+        n -= dropped
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while n:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError("no reply from the sandbox worker")
+            if select.select([self.fd], [], [], left)[0]:
+                # Moved to /dev/null inside the kernel (splice): the bytes never reach this process.
+                moved = os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
+                if not moved:
+                    return False
+                n -= moved
+        return True
 
     def _take(self, find, skip, timeout):
         """Bytes up to find() (>= 0 once they are all here), dropping `skip` more; None at end of file."""
@@ -1634,11 +1658,12 @@ class _Worker:
         self.stop(timeout=0.5)
         self.start()
 
-    def run(self, job, **extra):
-        """Send `job` and wait for its reply (raises _WorkerDied)."""
+    def run(self, job, keep=None, **extra):
+        """Send `job` and wait for its reply (raises _WorkerDied). keep: the job's [bytes] of result lines the
+        parent still keeps (_ReplyCaps), shared by the requests of one job."""
         rid, budget, data = self.request(job, **extra)
         self.send(data)
-        return self.collect(rid, budget)
+        return self.collect(rid, budget, _ReplyCaps(job, len(extra.get("snippets", ())), keep))
 
     def request(self, job, **extra):
         """`job` as the bytes of a request (no expected values, ever), its id and how long its reply may take."""
@@ -1653,20 +1678,82 @@ class _Worker:
         return rid, budget, _request_header(rid, len(inputs) or 1, len(body), job.time_limit_s,
                                             job.memory_limit_mb) + body
 
-    def collect(self, rid, budget):
-        """The reply to request `rid`: its runs (results, stdout, stderr) and the server's baseline."""
+    def collect(self, rid, budget, caps):
+        """The reply to request `rid`: its runs (results, stdout, stderr) and the server's baseline. Of each run
+        only what `caps` allows is kept; the rest is read and dropped. A run whose result lines were cut is an
+        "output_limit": the lines kept are the first ones, and a failure reported after them must not be lost."""
         runs = []
         while True:
             msg = self.read(budget)
             if msg.get("op") == "run":
-                results, out, err = (self.read(budget, n).decode("utf-8", "replace") for n in msg.pop("sizes"))
-                if msg.get("id") == rid:
-                    runs.append(dict(msg, lines=[ln for ln in results.split("\n") if ln], stdout=out, stderr=err))
+                sizes = msg.pop("sizes")
+                mine = msg.get("id") == rid
+                n_results, n_lines, head, tail = caps.of(len(runs)) if mine else (0, 0, 0, 0)
+                results = self._take(sizes[0], n_results, 0, budget)
+                out = self._take(sizes[1], head, tail, budget)
+                err = self._take(sizes[2], sizes[2], 0, budget)       # the server sends a tail of 2,000 bytes
+                if mine:
+                    run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln], stdout=out,
+                               stderr=err, stdout_size=sizes[1])
+                    if sizes[0] > n_results and run["limit"] is None:
+                        run["limit"] = "output_limit"
+                    caps.kept(len(results))
+                    runs.append(run)
             elif msg.get("op") == "done" and msg.get("id") == rid:
                 break
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
         return dict(msg, runs=runs)
+
+    def _take(self, size, head, tail, timeout):
+        """The first `head` and last `tail` of the next `size` bytes, as text; the middle is dropped unread."""
+        head = min(head, size)
+        tail = min(tail, size - head)
+        data = self.read(timeout, head)
+        try:
+            if not self.reader.skip(size - head - tail, timeout):
+                raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
+        except TimeoutError:
+            raise _WorkerDied("sandbox worker did not answer in time") from None
+        return (data + self.read(timeout, tail)).decode("utf-8", "replace")
+
+
+class _ReplyCaps:
+    """What the parent keeps of one job's runs, so judging a program costs this process a bounded amount over all
+    its tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
+    of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the judge
+    can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio: status lines
+    only) and at most that many lines; stdout of a stdio test up to what _judge_stdio compares (its expected
+    output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never sent to the server), else its last 2,000 bytes.
+    Per job (`keep`, shared by the requests of a job run in parts): the result bytes of all its runs together."""
+
+    def __init__(self, job, n_snippets, keep):
+        self.job, self.keep = job, keep if keep is not None else [_job_result_bytes(job, n_snippets)]
+        self.n_lines = n_snippets + 16 if job.kind == "assert" else 16      # the child's own lines + status lines
+        self.per_run = {"assert": self.keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10),
+                        "stdio": 64 << 10}[job.kind]
+
+    def of(self, i):
+        """(result bytes, result lines, stdout head, stdout tail) kept of run i of this request."""
+        results = min(self.per_run, max(self.keep[0], 0))
+        if self.job.kind != "stdio":
+            return results, self.n_lines, 0, EXCERPT_CHARS
+        expected = len(str(self.job.cases[i]["output"])) if i < len(self.job.cases) else 0
+        return results, self.n_lines, STDIO_LENGTH_FACTOR * expected + 4097, 0
+
+    def kept(self, n):
+        self.keep[0] -= n
+
+
+def _job_result_bytes(job, n_snippets):
+    """A job's result bytes kept over all its runs: the value text the parent decodes (escaped at most 2x in a
+    line), plus 64 KB of status lines per run and 64 bytes of framing per value."""
+    runs = 1 if job.kind == "assert" else max(1, len(job.cases))
+    values = PARENT_BUDGET_BYTES if job.kind == "assert" else 0
+    if job.kind == "functional":            # as the value budget of _execute_on
+        values = PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(len(c["output"]) for c in job.cases
+                                                                 if isinstance(c["output"], str))
+    return 2 * values + runs * (64 << 10) + 64 * n_snippets
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1889,9 +1976,10 @@ def _execute_on(worker, job):
     expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
     budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
     tests, runs, baseline = [], [], worker.baseline_kb
+    keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
     for lo, hi in bounds or [(0, 0)]:
         part = job._replace(cases=job.cases[lo:hi])
-        msg = worker.run(part)
+        msg = worker.run(part, keep=keep)
         baseline = msg["baseline_kb"]
         judge = _judge_functional if job.kind == "functional" else _judge_stdio
         part_tests = [judge(job, case, run, baseline, budget) for case, run in zip(part.cases, msg["runs"])]
@@ -1945,9 +2033,9 @@ def _judge_stdio(job, case, run, baseline, budget):
         return _over_time(job, run, got)
     # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
     expected = str(case["output"])
-    if len(run["stdout"]) > STDIO_LENGTH_FACTOR * len(expected) + 4096:
-        return TestResult("failed", got=got, error=f"output of {len(run['stdout'])} characters for an expected "
-                                                    f"{len(expected)}")
+    if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
+        return TestResult("failed", got=got, error=f"output of {run['stdout_size']} bytes for an expected "
+                                                    f"{len(expected)} characters")
     if job.checker:
         return None
     return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)

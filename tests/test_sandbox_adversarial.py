@@ -1028,3 +1028,42 @@ def test_cleaning_up_a_wide_tree_takes_no_longer_than_making_it(tree):
         took = time.monotonic() - t0
     assert first.verdict == "passed" and honest.verdict == "passed", (first.error, honest.error)
     assert took < 3 * first.wall_s + 1.0, f"the run took {first.wall_s:.2f} s, the run and its cleanup {took:.2f} s"
+
+
+# --- 8. the judge is bounded per program, over all its tests ---------------------------------------------------
+# Each writes as much as a run may (result channel 16 MB, stdout 8 MB) in every one of its tests; the first two
+# pass (their answers are right), the rest fail. The parent's cost of judging each, whole: <= 0.5 s CPU, <= 64 MB.
+FLOOD_RESULTS = "import os\nline = b'{\"k\": 0}' + b' ' * 1000 + b'\\n'\nfor _ in range(16000):\n    os.write(3, line)\n"
+PARENT_COST_PER_PROGRAM = {
+    "stdio_results_flood_passing": (FLOOD_RESULTS + "print(int(input()) * 2)\n", "stdio",
+                                    [{"input": f"{i}\n", "output": f"{2 * i}\n"} for i in range(3)]),
+    "assert_results_flood_passing": (FLOOD_RESULTS.replace('0}', '99}') + "def f(x):\n    return x + 1\n", "assert",
+                                     [f"assert f({i}) == {i + 1}" for i in range(3)]),
+    "stdout_flood_many_tests": ("import sys\nsys.stdout.write('7 ' * 4_000_000)\n", "stdio",
+                                [{"input": "", "output": "7 7"}] * 30),
+    "results_flood_many_tests": (FLOOD_RESULTS, "stdio", [{"input": "", "output": ""}] * 30),
+    "functional_values_many_tests": ("def f(x):\n    return ['x' * 1_000_000] * 2\n", "functional",
+                                     [{"input": "1", "output": '["y"]'}] * 30),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARENT_COST_PER_PROGRAM))
+def test_judging_one_program_costs_the_parent_a_bounded_amount_over_all_its_tests(name):
+    # In a fresh process of its own, so that its memory high-water mark is this program's alone.
+    script = (
+        "import json, resource, sys, time\nsys.path.insert(0, sys.argv[1])\nimport sandbox as sb\n"
+        "from test_sandbox_adversarial import PARENT_COST_PER_PROGRAM as COST\n"
+        "program, kind, cases = COST[sys.argv[2]]\n"
+        "with sb.SandboxPool(1) as pool:\n"
+        "    pool.run([sb.Job('def f(x):\\n    return x\\n', 'assert', ['assert f(1) == 1'])])\n"
+        "    rss0, cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()\n"
+        "    r = pool.run([sb.Job(program, kind, cases, fn_name='f', time_limit_s=5)])[0]\n"
+        "    print(json.dumps([r.verdict, time.process_time() - cpu0,\n"
+        "                      (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024]))\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", script, os.path.dirname(here), name], capture_output=True, text=True,
+                          timeout=300, cwd=here, env=dict(os.environ, PYTHONPATH=here))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict, cpu_s, grew_mb = json.loads(proc.stdout.splitlines()[-1])
+    print(name, verdict, cpu_s, grew_mb)
+    assert cpu_s <= 0.5 and grew_mb <= 64, f"{name}: the parent spent {cpu_s:.2f} s of CPU and grew {grew_mb:.0f} MB"
