@@ -382,7 +382,8 @@ class _SplitTest(NamedTuple):
     code: object = None           # compiled rewritten statement(s), run in the parent
     snippets: tuple = ()          # child-side expression sources (a lambda over `free` names when it has any)
     shown: tuple = ()             # the same, without the lambda wrapper (for feedback)
-    free: tuple = ()              # per snippet: the test-side names it reads (sent along as arguments)
+    free: tuple = ()              # per snippet: the test-side names it reads
+    sent: tuple = ()              # per snippet: the test-side expressions whose values are sent with it
     flat: bool = True             # every snippet runs exactly once, in order (no loop, comprehension, def, if)
     binds: frozenset = frozenset()   # names this statement binds in the parent namespace
     modules: tuple = ()           # trusted modules referenced by name (pre-bound in the parent)
@@ -415,7 +416,7 @@ def _free_loads(node):
 class _Splitter(ast.NodeTransformer):
     def __init__(self, fn_name, bound):
         self.fn_name, self.bound = fn_name, bound
-        self.snippets, self.shown, self.free = [], [], []
+        self.snippets, self.shown, self.free, self.sent = [], [], [], []
         self.repeat_depth = 0
         self.flat = True
 
@@ -462,12 +463,22 @@ class _Splitter(ast.NodeTransformer):
         self.flat &= not self.repeat_depth
         source = ast.unparse(node)
         k = len(self.snippets)
-        self.snippets.append(f"(lambda {', '.join(free)}: ({source}))" if free else source)
+        sent = [ast.Name(v, ast.Load()) for v in free]
+        snippet = f"(lambda {', '.join(free)}: ({source}))" if free else source
+        if free and isinstance(node, ast.Call) and not node.keywords and not (_free_loads(node.func) & set(free)) \
+                and not any(isinstance(a, ast.Starred) or self.mentions(a) for a in node.args):
+            # A call of the program on test data: the values of its arguments are sent, not the names they are
+            # read from, so only what the call reads enters the child (`f(cases[0][0])` sends 1, not the table
+            # `cases` with its expected values).
+            sent = node.args
+            snippet = f"(lambda *a: ({ast.unparse(node.func)})(*a))"
+        self.snippets.append(snippet)
         self.shown.append(source)
         self.free.append(free)
+        self.sent.append(tuple(ast.unparse(a) for a in sent))
         args = [ast.Constant(k)]
         if free:
-            args.append(ast.Tuple([ast.Name(v, ast.Load()) for v in free], ast.Load()))
+            args.append(ast.Tuple(sent, ast.Load()))
         return ast.copy_location(ast.Call(ast.Name("__cand__", ast.Load()), args, []), node)
 
 
@@ -488,7 +499,8 @@ def _split_statement(statement: str, fn_name: str, prior_bound: frozenset) -> _S
     modules = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in TRUSTED_MODULES
                       and n.id not in binds and n.id not in prior_bound})
     return _SplitTest(code=compile(tree, "<test>", "exec"), snippets=tuple(splitter.snippets),
-                 shown=tuple(splitter.shown), free=tuple(splitter.free), binds=binds, modules=tuple(modules),
+                 shown=tuple(splitter.shown), free=tuple(splitter.free), sent=tuple(splitter.sent), binds=binds,
+                 modules=tuple(modules),
                  flat=splitter.flat and all(isinstance(s, _FLAT_STMTS) for s in tree.body))
 
 
@@ -577,9 +589,12 @@ def _split_job(job):
             split = _SplitTest(error="test not supported: it calls the program inside a loop, comprehension, def or "
                                "branch, or with a value the test computes (flatten it, as data.py does)")
         try:
-            args = tuple(encode_value(tuple(ns[n] for n in f)) if f else None for f in split.free)
+            args = tuple(encode_value(tuple(eval(compile(e, "<test value>", "eval"), ns) for e in sent))
+                         if sent else None for sent in split.sent)
         except _Refused as e:
             split, args = _SplitTest(error=f"cannot send a test value to the program: {e}"), ()
+        except Exception as e:       # the test's own expression fails on its data: the test cannot run
+            split, args = _SplitTest(error=f"a test value cannot be computed: {type(e).__name__}: {e}"), ()
         out.append((offset, split, args))
         offset += len(split.snippets)
     return ns, out
@@ -1936,10 +1951,33 @@ def _finish(job, tests, runs, baseline_kb, error=""):
 
 def _execute_assert(worker, job):
     """The assert tests of `job`: one run; the parent runs the rewritten statements on its values. The child gets
-    only what it evaluates: the snippets that call the candidate and their arguments."""
+    only what it evaluates: the snippets that call the candidate, their arguments, and the part of the setup they
+    read (_child_setup)."""
     ns, splits = _split_job(job)
-    extra = {"snippets": [s for _, p, _ in splits for s in p.snippets], "args": [a for _, _, args in splits for a in args]}
+    snippets = [s for _, p, _ in splits for s in p.snippets]
+    extra = {"snippets": snippets, "args": [a for _, _, args in splits for a in args],
+             "setup": _child_setup(job.setup, tuple(snippets)) if job.setup else ""}
     return _judge_assert(job, ns, splits, worker.run(job, **extra))
+
+
+@lru_cache(maxsize=1024)
+def _child_setup(setup: str, snippets: tuple) -> str:
+    """The statements of `setup` the child needs: those binding a name the snippets read, then, going back, those
+    binding a name a kept one reads, and those that bind nothing but act on such a name (`root.left = Node(2)`,
+    `random.seed(0)`) or read only builtins (a `raise` that fails the setup). The rest (HumanEval/151's
+    expected `_corecode_odd_sum`, data whose values are sent as arguments) never enters it."""
+    try:
+        body = ast.parse(setup).body
+        needed = set().union(*(_free_loads(ast.parse(s, mode="eval")) for s in snippets))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return setup                  # the child reports the setup's own error, as before
+    kept = []
+    for node in reversed(body):
+        binds, reads = _bound_names(node), _free_loads(node)
+        if binds & needed or (not binds and (reads & needed or reads <= _BUILTIN_NAMES)):
+            kept.append(node)
+            needed |= reads
+    return "\n".join(ast.unparse(node) for node in reversed(kept))
 
 
 def _judge_assert(job, ns, splits, msg):

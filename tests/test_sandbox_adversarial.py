@@ -1067,3 +1067,30 @@ def test_judging_one_program_costs_the_parent_a_bounded_amount_over_all_its_test
     verdict, cpu_s, grew_mb = json.loads(proc.stdout.splitlines()[-1])
     print(name, verdict, cpu_s, grew_mb)
     assert cpu_s <= 0.5 and grew_mb <= 64, f"{name}: the parent spent {cpu_s:.2f} s of CPU and grew {grew_mb:.0f} MB"
+
+
+# --- 7. no expected value in the child, whatever the setup ----------------------------------------------------
+# Setups that hold the expected values as data the parent computes (as HumanEval/151's does): the child gets only
+# what its snippets read, so a program that looks for them finds nothing.
+SETUP_LEAKS = {
+    # The expected value is a global of the setup; the program reads its own module's globals at call time.
+    "global_of_the_setup": ("data = list(range(10))\nexpected = sum(data) + 1000\n", ["assert f(data) == expected"],
+                            "def f(x):\n    return globals().get('expected', -1)\n"),
+    # Every global of the setup that the program's namespace holds, scanned for an int next to the input.
+    "scan_the_namespace": ("xs = [3, 4]\nwant = 9125\nother = 'unused'\n", ["assert f(xs) == want"],
+                           "def f(x):\n    g = globals()\n    return next((v for k, v in g.items() if type(v) is int "
+                           "and v > 1000), -1)\n"),
+    # Cases kept in one table (input, expected): the call reads only the input, the child must not get the table.
+    "table_of_cases": ("cases = [(1, 7001), (2, 7002)]\n", ["assert f(cases[0][0]) == cases[0][1]",
+                                                            "assert f(cases[1][0]) == cases[1][1]"],
+                       "import sys\ndef f(x):\n    fr = sys._getframe(1)\n    while fr is not None:\n"
+                       "        for v in fr.f_locals.values():\n            if type(v) is list and v and type(v[0]) is tuple:\n"
+                       "                return dict(v)[x]\n        fr = fr.f_back\n    return -1\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETUP_LEAKS))
+def test_expected_values_in_a_setup_never_reach_the_child(pool, name):
+    setup, cases, program = SETUP_LEAKS[name]
+    r = pool.run([sb.Job(program, "assert", cases, setup=setup, fn_name="f")])[0]
+    assert r.passed == 0, f"{name}: the program found the expected values: {[t.got for t in r.tests]}"
