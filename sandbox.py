@@ -11,17 +11,32 @@ untrusted code too).
 Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where the
 candidate runs; expected values never enter that process, nor anything of another job (the server it is forked
 from never holds a job's data: requests reach the runs through memfds by splice(2), replies go out by
-sendfile(2)). Values come back as tagged JSON, rebuilt type-strictly
-(exact builtin types only: an always-equal object is refused) and compared with Python's own `==`. Exit codes
-and prints are never the verdict; CPU time and peak memory come from the kernel (`wait4`), never the child.
-Isolation per run: fresh directory, scrubbed environment, rlimits, own session, wall-clock watchdog, no
-capabilities (uid `nobody` as root); where the kernel allows, user + mount + network + PID namespaces and a
-minimal read-only root (`SandboxPool.isolation` says which). Workers: one warm fork server per core.
+sendfile(2)), nor any of the setup the candidate-calling snippets do not read (a call on test data gets the
+values of its arguments only). Values come back as tagged JSON, rebuilt type-strictly (exact builtin types
+only: an always-equal object is refused) and compared with Python's own `==`. Exit codes and prints are never
+the verdict.
+A run's figures are its own, and judged: CPU time comes from the kernel (`wait4`, every process of the run, the
+server reaping them), peak memory from the worker's memory cgroup (the sum over the run's processes of every page
+charged to them: anonymous, memfd / shmem / tmpfs, SysV; the limit counts the same), never from the child. With
+Job.repeat > 1 every run is judged, and the figures of a passing result come from runs that all passed.
+Nothing survives a run that a later or concurrent one can read, and nothing it makes outlives it: each run starts
+at a random pid with `random` reseeded; its own user + IPC namespaces (SysV / POSIX IPC and keyrings die with it;
+its process count under RLIMIT_NPROC is its own) and session keyring; its directory is a tmpfs of its own,
+unmounted whole. Isolation per run besides: scrubbed environment, rlimits, own session, wall-clock watchdog, no
+capabilities (uid `nobody` as root), the worker's network + mount + PID namespaces and a minimal read-only root.
+Where the kernel or uid refuses a step the worker falls back and says so (`SandboxPool.isolation`, `python
+sandbox.py --probe`). The judge is bounded per program over all its tests: of each run the parent keeps only what
+it judges (splice(2) drops the rest unread), so a program costs it <= ~0.5 s of CPU and 64 MB whatever it writes.
+Workers: one warm fork server per core.
 
-What it is not. Not a boundary against kernel exploits or side channels (no seccomp, no cgroups), not a judge
-for interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or
-def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval
-case needs more). Without a PID namespace the CPU time of helpers the program never waits for is not counted.
+What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
+interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
+with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval case needs
+more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child. Without a PID
+namespace the CPU time of helpers the program never waits for is not counted. Without a memory cgroup (cgroup v1
+memory controller writable, as root) the peak is the largest process's max RSS: pages no process maps (memfd,
+tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid (not root) pids follow
+in sequence across runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
@@ -1802,13 +1817,17 @@ def _failure_verdict(entry):
     return ("memory" if etype == "MemoryError" else "error"), message
 
 
+_OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT_LIMIT_BYTES} bytes, or result lines "
+                         "over what the judge reads of them)")
+
+
 def _termination_verdict(run, job, baseline_kb):
     """Why a run was stopped, as (verdict, message): a limit or a signal; None when it ended by itself."""
     peak = max(0, run["peak_kb"] - baseline_kb) * 1024
     if run["limit"] == "timeout":
         return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
     if run["limit"] == "output_limit":
-        return "output_limit", f"output exceeded {OUTPUT_LIMIT_BYTES} bytes"
+        return "output_limit", _OUTPUT_LIMIT_MESSAGE
     sig = run["signal"]
     if sig is None:
         return None
@@ -1935,7 +1954,7 @@ def _finish(job, tests, runs, baseline_kb, error=""):
     if job.kind == "assert" and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
-                 TestResult("output_limit", t.got, f"output exceeded {OUTPUT_LIMIT_BYTES} bytes") for t in tests]
+                 TestResult("output_limit", t.got, _OUTPUT_LIMIT_MESSAGE) for t in tests]
     if job.kind == "assert" and cpu > job.time_limit_s:
         # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
         tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
