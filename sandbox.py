@@ -35,8 +35,8 @@ with a value another case computed, is an "error" (data.py flattens HumanEval; n
 more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child. Without a PID
 namespace the CPU time of helpers the program never waits for is not counted. Without a memory cgroup (cgroup v1
 memory controller writable, as root) the peak is the largest process's max RSS: pages no process maps (memfd,
-tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid (not root) pids follow
-in sequence across runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide.
+tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid pids follow in sequence
+across runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
@@ -85,7 +85,7 @@ VALUE_MAX_RANGE = 10 ** 6       # elements of a returned range (list(r) or sum(r
 VALUE_MAX_EXPONENT = 10 ** 4    # |adjusted exponent| of a Decimal (int(Decimal('1e999999999')) never ends)
 FILE_SIZE_MB = 64               # RLIMIT_FSIZE: no test needs bigger files
 MAX_OPEN_FILES = 256            # RLIMIT_NOFILE
-MAX_PROCESSES = 64              # RLIMIT_NPROC (enforced for non-root uids only; see the PID namespace)
+MAX_PROCESSES = 64              # RLIMIT_NPROC: counted in the run's own user namespace (_enter_run_namespaces)
 SCRATCH_MB = 256                # size of the tmpfs each run gets as its directory (minimal-root mode)
 SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
@@ -861,9 +861,11 @@ class _ServerState:
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
         self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
         self.cgroup = None        # _MemoryCgroup, or None: peaks are then max RSS
+        self.cgroup_idle = 0      # its usage when the last run started
         self.pid_max = 32768
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
+        self.scratch_next_ino = None   # minimal root: the inode number the run tmpfs gives next; None: not mounted
         self.baseline_kb = 0
         self.baseline_rss_kb = 0  # the server's resident size when baseline_kb was measured
         self.client_fd = None     # the client channel (never read during a run): its hang-up ends every run
@@ -903,7 +905,7 @@ def _enter_namespaces(st):
         with open("/proc/sys/kernel/pid_max") as f:
             st.pid_max = int(f.read())
         st.features["random_pids"] = True
-    except (OSError, ValueError) as e:        # writable by the host's root only
+    except (OSError, ValueError) as e:        # e.g. a kernel without it (CONFIG_CHECKPOINT_RESTORE)
         st.features["notes"].append(f"pids follow in sequence across runs (ns_last_pid: {e})")
 
 
@@ -1035,16 +1037,19 @@ def _cgroup_shmem(cg):
     return 0
 
 
-def _cgroup_start(cg, limit_bytes):
+def _cgroup_start(st, limit_bytes):
     """Before a run: wait (up to 1 s) until the previous run's IPC namespace is freed (the kernel does that
     after the run ends; its SysV pages would otherwise count, then vanish, inside this run's figures), reset the
     peak to the current usage and set the limit above it. Returns the usage the run starts from."""
-    deadline = time.monotonic() + 1.0
-    while _cgroup_shmem(cg) > (1 << 20) and time.monotonic() < deadline:
-        time.sleep(0.001)
+    cg, start = st.cgroup, int(os.pread(st.cgroup.usage, 64, 0))
+    if start > st.cgroup_idle + (1 << 20):       # memory.stat costs ~0.1 ms: read only when something is left
+        deadline = time.monotonic() + 1.0
+        while _cgroup_shmem(cg) > (1 << 20) and time.monotonic() < deadline:
+            time.sleep(0.001)
     os.pwrite(cg.max_usage, b"0", 0)
     start = int(os.pread(cg.usage, 64, 0))
     os.pwrite(cg.limit, b"%d" % (start + limit_bytes), 0)
+    st.cgroup_idle = start          # page cache a run read stays charged here: the next start is measured anew
     return start
 
 
@@ -1264,12 +1269,15 @@ def _new_run_dir():
     """The run directory: the same path every time (a worker's runs are sequential, so the environment
     naming it is set once), created empty before each run and removed after it (_drop_run_dir). Under the
     minimal root it is a size- and inode-capped tmpfs of the run's own, unmounted whole afterwards: cleanup
-    is the kernel freeing at most SCRATCH_INODES inodes, whatever the program made of them."""
+    is the kernel freeing at most SCRATCH_INODES inodes, whatever the program made of them, and nothing of one
+    run's (not even how many inodes it used: tmpfs numbers them in sequence) is in the next one's."""
     st = _STATE
     if st.features["minimal_root"]:
-        owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
-        _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
+        if st.scratch_next_ino is None:
+            owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
+            _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
+            st.scratch_next_ino = _scratch_probe(st.run_dir) + 1
         return st.run_dir
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")    # never reuse what was left
@@ -1279,11 +1287,35 @@ def _new_run_dir():
     return st.run_dir
 
 
+def _scratch_probe(run_dir):
+    """The inode number the run directory's tmpfs gives a new file now (the file is made and removed)."""
+    path = os.path.join(run_dir, ".corecode-probe")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    try:
+        return os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 def _drop_run_dir(run_dir):
     """After a run (every process of it reaped): its directory and whatever it left."""
     st = _STATE
     if st.features["minimal_root"]:
-        _check(_libc.umount2(run_dir.encode(), MNT_DETACH), "unmount the run's tmpfs")
+        # Unmounting costs an RCU grace period (~2-3 ms of wall time a run here), so a tmpfs the run left exactly as
+        # it found it is kept for the next run: no entry, no extended attribute, and no inode made and removed (the
+        # next inode number is the one expected); its mode, owner and times are set back, whatever the run did.
+        clean = not os.listdir(run_dir) and not os.listxattr(run_dir) and \
+            _scratch_probe(run_dir) == st.scratch_next_ino
+        if clean:
+            st.scratch_next_ino += 1
+            os.chmod(run_dir, 0o700)
+            if st.is_root:
+                os.chown(run_dir, RUN_UID, RUN_UID)
+            os.utime(run_dir, ns=(0, 0))
+        else:
+            _check(_libc.umount2(run_dir.encode(), MNT_DETACH), "unmount the run's tmpfs")
+            st.scratch_next_ino = None
         return
     try:
         os.rmdir(run_dir)          # the common case: the program wrote nothing
@@ -1420,7 +1452,7 @@ def _spawn_and_wait(job_fd, index, limits):
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
     if st.cgroup is not None:
-        cg_start = _cgroup_start(st.cgroup, limits["memory_limit_mb"] << 20)
+        cg_start = _cgroup_start(st, limits["memory_limit_mb"] << 20)
         run["cgroup_procs"] = st.cgroup.procs
     if st.last_pid_fd is not None:
         # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.

@@ -1094,3 +1094,31 @@ def test_expected_values_in_a_setup_never_reach_the_child(pool, name):
     setup, cases, program = SETUP_LEAKS[name]
     r = pool.run([sb.Job(program, "assert", cases, setup=setup, fn_name="f")])[0]
     assert r.passed == 0, f"{name}: the program found the expected values: {[t.got for t in r.tests]}"
+
+
+# --- 3 / 9. the run directory carries nothing from one run to the next ------------------------------------
+# Run A leaves a mark on its directory and removes every file it made; run B, next on the same worker, reads it.
+DIR_MARKS = {
+    # tmpfs numbers inodes in sequence: files made (and deleted) by A move the number B's first file gets.
+    "inode_numbers": ("import os\nfor i in range(700):\n    open(str(i), 'w').close()\n    os.unlink(str(i))\n",
+                      "import os\ndef f():\n    fd = os.open('probe', os.O_CREAT | os.O_WRONLY)\n"
+                      "    return os.fstat(fd).st_ino\n"),
+    "xattr": ("import os\ntry:\n    os.setxattr('.', 'user.answer', b'ANSWER')\nexcept OSError:\n    pass\n",
+              "import os\ndef f():\n    try:\n        return os.getxattr('.', 'user.answer').decode()\n"
+              "    except OSError:\n        return None\n"),
+    "times_and_mode": ("import os\nos.utime('.', (1234567, 7654321))\nos.chmod('.', 0o751)\n",
+                       "import os\ndef f():\n    st = os.stat('.')\n    return [int(st.st_mtime), oct(st.st_mode & 0o777)]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIR_MARKS))
+def test_a_run_directory_carries_nothing_to_the_next_run(name):
+    mark, read = DIR_MARKS[name]
+    writer = sb.Job(mark + "def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")
+    with sb.SandboxPool(1) as one:
+        _skip_unless(one, ("minimal_root",))
+        alone = [_got(r) for r in one.run([_probe(read)] * 2)]
+        after = one.run([writer, _probe(read)])
+    assert after[0].verdict == "passed", after[0].error
+    assert _got(after[1]) == alone[1], f"{name}: alone {alone[1]!r}, after a run that marked its directory " \
+                                      f"{_got(after[1])!r}"
