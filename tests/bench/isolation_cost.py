@@ -7,6 +7,7 @@ its own PID and mount namespaces, forking a child that exits at once.
   ns      the child drops to nobody, enters a user + IPC namespace, joins a new session keyring   items 3-6
   cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back    item 2
   tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it                 item 9
+          (sandbox.py pays this only after a run that wrote to it: a tmpfs left as found is kept)
 
 Not a test (not collected); numbers vary with the machine's load: steps are measured interleaved, in rounds,
 and the median of the rounds is printed.
