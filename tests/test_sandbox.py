@@ -185,7 +185,7 @@ def test_split_of_mbpp_asserts_never_sends_the_expected_side(mbpp_path):
 
 def test_loops_are_not_flat():
     split = sb._split_statement("for i in range(3):\n    assert f(i) == 2 * i", "f", frozenset())
-    assert not split.flat and split.snippets == ("(lambda i: (f(i)))",) and split.free == (("i",),)
+    assert not split.flat and split.snippets == ("(lambda *a: (f)(*a))",) and split.free == (("i",),)
 
 
 def test_unparsable_test_is_an_error_split():
@@ -493,8 +493,7 @@ def test_results_keep_job_order(pool):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_mixed_batch_gets_the_verdicts_of_its_jobs_run_alone(workers):
-    # Assert jobs are pipelined (the next request waits at the server while one runs); functional, stdio and
-    # repeated jobs go one at a time in between: the order and every verdict must be as if each ran alone.
+    # Jobs of every kind interleaved over the workers: the order and every verdict must be as if each ran alone.
     add = "def f(x):\n    return x + 1\n"
     jobs = []
     for i in range(6):
@@ -626,8 +625,7 @@ SLEEPER = "import time\ndef f():\n    time.sleep(30)\n    return 1\n"
 
 @pytest.mark.parametrize("kind", ["assert", "functional"])
 def test_a_worker_killed_mid_job_is_replaced_and_the_next_job_runs(kind):
-    # Assert jobs are pipelined (the next request already waits in the dead server's pipe: it must be sent again to
-    # the new one); functional jobs go one at a time. Either way: the job that was running is an error, the rest run.
+    # Either kind: the job that was running is an error, the worker is replaced and the jobs after it run.
     if kind == "assert":
         hung = sb.Job(SLEEPER, "assert", ["assert f() == 1"], time_limit_s=60)
     else:

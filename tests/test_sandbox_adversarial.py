@@ -703,3 +703,422 @@ def test_text_leaving_the_sandbox_is_valid_utf8(pool, program):
     for text in [r.error, r.stdout, r.stderr, sb.feedback(job, r, max_cases=2)] + \
             [t.got for t in r.tests] + [t.error for t in r.tests]:
         text.encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Round 3 (issue 26): what a run is measured by and what it can reach is its own
+# ---------------------------------------------------------------------------------------------------
+# Each attack below is a program of ours written against today's design; each test checks one property
+# and fails when that property does not hold. SysV / POSIX IPC objects and keys are named after TOKEN-derived
+# numbers and names, so the clean-up at the end touches only what these tests may have made.
+IPC_KEY = 0x2600000 + int(TOKEN[:5], 16)      # SysV key, distinct per test session
+KEY_DESC = f"corecode-{TOKEN}"                # kernel key description
+MQ_NAME = f"/corecode-{TOKEN}"                # POSIX message queue
+LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+# The key syscalls (add_key 248, keyctl 250) by number: glibc has no wrapper. x86_64 only.
+KEYS_ARCH = os.uname().machine == "x86_64"
+
+
+def _got(result, k=0):
+    """The value test k's candidate call returned, rebuilt from TestResult.got ("f() = VALUE")."""
+    import ast
+    return ast.literal_eval(result.tests[k].got.split(" = ", 1)[1])
+
+
+def _probe(program, fn="f"):
+    """An assert job whose only test fails on purpose, so that TestResult.got carries what f() returned."""
+    return sb.Job(program, "assert", [f"assert {fn}() == 'never'"], fn_name=fn, time_limit_s=3.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_ipc_and_keys_we_made():
+    """After this module: the host keeps no SysV object or POSIX queue named by these tests (a sandbox that
+    let them reach the host's IPC namespace left them there: we remove them, then the tests say so)."""
+    yield
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    for get, ctl in ((libc.shmget, libc.shmctl), (libc.msgget, libc.msgctl), (libc.semget, libc.semctl)):
+        for key in range(IPC_KEY, IPC_KEY + 11):        # SHM_TABLE uses the ten keys after IPC_KEY
+            ident = get(key, 0, 0)
+            if ident >= 0:
+                ctl(ident, 0, 0) if ctl is libc.semctl else ctl(ident, 0, None)     # IPC_RMID
+    libc.mq_unlink(MQ_NAME.encode())
+
+
+def _host_sysvipc(kind):
+    """SysV keys of `kind` (shm, msg, sem) in this process's IPC namespace, from /proc/sysvipc."""
+    with open(f"/proc/sysvipc/{kind}") as fh:
+        return {int(line.split()[0]) for line in fh.readlines()[1:] if line.split()}
+
+
+# --- 1. every measured run is judged; no pid sequence between runs ------------------------------------
+def test_every_repeat_of_a_measured_program_is_judged(pool):
+    # Honest work (~0.03 s) in a run that passes; an instant exit in one that does not (a coin per run, from
+    # the kernel). A result that passes must have passed in every run its figures come from.
+    program = ("import os, time\nif os.urandom(1)[0] < 128:\n    os._exit(0)\nt = time.thread_time()\n"
+               "while time.thread_time() - t < 0.03:\n    pass\ndef f(x):\n    return x + 1\n")
+    results = pool.run([sb.Job(program, "assert", list(CASES), fn_name="f", repeat=4)] * 12)
+    for r in results:
+        if r.verdict == "passed":
+            assert len(r.cpu_runs) == 4 and min(r.cpu_runs) > 0.02, f"figures of a run that failed: {r.cpu_runs}"
+
+
+def test_repeats_cannot_recognise_themselves_by_pid(pool):
+    # The issue's attack, our way: run 0 does the work, then forks until the next pid is 499 mod 500 and the
+    # next run (the first repeat) gets 500k; a repeat that sees such a pid quits at once.
+    program = ("import os, time\nif os.getpid() % 500 == 499:\n    os._exit(0)\nt = time.thread_time()\n"
+               "while time.thread_time() - t < 0.05:\n    pass\nfor _ in range(2000):\n    p = os.fork()\n"
+               "    if p == 0:\n        os._exit(0)\n    os.waitpid(p, 0)\n    if p % 500 == 498:\n        break\n"
+               "def f(x):\n    return x + 1\n")
+    r = pool.run([sb.Job(program, "assert", list(CASES), fn_name="f", repeat=3)])[0]
+    assert r.verdict != "passed" or min(r.cpu_runs) > 0.04, f"a repeat quit at once and was measured: {r.cpu_runs}"
+
+
+def test_a_run_cannot_steer_the_next_runs_pid(pool):
+    # A run forks until its child got 499 mod 500, so that (pids in sequence) the next run gets 0 mod 500. Twice:
+    # with pids drawn afresh for each run both probes land there with probability 1 / 250,000.
+    steer = sb.Job("import os\nfor _ in range(2000):\n    p = os.fork()\n    if p == 0:\n        os._exit(0)\n"
+                   "    os.waitpid(p, 0)\n    if p % 500 == 499:\n        break\ndef f(x):\n    return x + 1\n",
+                   "assert", list(CASES), fn_name="f")
+    probe = _probe("import os\ndef f():\n    return os.getpid()\n")
+    with sb.SandboxPool(1) as one:             # one worker: the probe is the run right after the steering one
+        pids = [_got(r) for r in one.run([steer, probe, steer, probe])[1::2]]
+    assert not all(p % 500 == 0 for p in pids), f"both probes got the steered pid: {pids}"
+
+
+def test_consecutive_runs_do_not_get_consecutive_pids(pool):
+    # Pids in sequence count the runs (and forks) before a run: a repeat could tell it is one.
+    with sb.SandboxPool(1) as one:
+        pids = [_got(r) for r in one.run([_probe("import os\ndef f():\n    return os.getpid()\n")] * 6)]
+    steps = [b - a for a, b in zip(pids, pids[1:])]
+    assert sum(0 < d <= 64 for d in steps) < 3, f"pids of consecutive runs: {pids}"
+
+
+# --- 6. every run starts from its own random state ---------------------------------------------------
+def test_random_state_differs_between_runs(pool):
+    probe = _probe("import random\nfirst = random.random()\ndef f():\n    return first\n")
+    draws = [_got(r) for r in pool.run([probe] * 4)]
+    assert len(set(draws)) == 4, f"runs drew the same numbers: {draws}"
+
+
+def test_a_program_cannot_predict_a_checkers_draw(pool):
+    # Program and checker are consecutive runs on one worker: the program prints what `random` will give
+    # next; a checker that accepts only an output it could not have predicted rejects it.
+    checker = ("import random, sys\nout = open(sys.argv[3]).read().split()\n"
+               "print(0 if out and out[0] == str(random.getrandbits(64)) else 1)\n")
+    program = "import random\nprint(random.getrandbits(64))\n"
+    job = sb.Job(program, "stdio", [{"input": "", "output": "x"}] * 3, checker=checker)
+    r = pool.run([job])[0]
+    assert r.passed == 3, f"the program predicted the checker's draw: {[t.error for t in r.tests]}"
+
+
+# --- 3. no channel between runs, jobs or pools ---------------------------------------------------------
+SHM_WRITE = (LIBC + "libc.shmat.restype = ctypes.c_void_p\nseg = libc.shmget(KEY, 4096, 0o1666)\n"
+             "if seg >= 0:\n    addr = libc.shmat(seg, None, 0)\n    ctypes.memmove(addr, b'ANSWER', 6)\n"
+             "    libc.shmdt(ctypes.c_void_p(addr))\ndef f(x):\n    return x + 1\n")
+SHM_READ = (LIBC + "libc.shmat.restype = ctypes.c_void_p\ndef f():\n    seg = libc.shmget(KEY, 0, 0)\n"
+            "    if seg < 0:\n        return None\n    return ctypes.string_at(libc.shmat(seg, None, 0), 6).decode()\n")
+MSG_WRITE = (LIBC + "q = libc.msgget(KEY, 0o1666)\nmsg = ctypes.create_string_buffer(8 + 16)\n"
+             "msg[0] = 1\nmsg[8:14] = b'ANSWER'\nlibc.msgsnd(q, msg, 16, 0o4000)\ndef f(x):\n    return x + 1\n")
+MSG_READ = (LIBC + "def f():\n    q = libc.msgget(KEY, 0)\n    if q < 0:\n        return None\n"
+            "    msg = ctypes.create_string_buffer(8 + 16)\n    n = libc.msgrcv(q, msg, 16, 0, 0o4000)\n"
+            "    return msg.raw[8:8 + 6].decode() if n > 0 else None\n")
+SEM_WRITE = (LIBC + "s = libc.semget(KEY, 1, 0o1666)\nlibc.semctl(s, 0, 16, 4242)\ndef f(x):\n    return x + 1\n")
+SEM_READ = (LIBC + "def f():\n    s = libc.semget(KEY, 0, 0)\n    return None if s < 0 else libc.semctl(s, 0, 12)\n")
+MQ_WRITE = (LIBC + "q = libc.mq_open(NAME, 0o102, 0o666, None)\nif q >= 0:\n    libc.mq_send(q, b'ANSWER', 6, 0)\n"
+            "def f(x):\n    return x + 1\n")
+MQ_READ = (LIBC + "def f():\n    q = libc.mq_open(NAME, 0o4002)\n    if q < 0:\n        return None\n"
+           "    buf = ctypes.create_string_buffer(1 << 16)\n    n = libc.mq_receive(q, buf, 1 << 16, None)\n"
+           "    return buf.raw[:n].decode() if n > 0 else None\n")
+KEY_WRITE = (LIBC + "data = b'ANSWER'\nfor ring in (-3, -4, -5):   # session, user, user-session keyrings\n"
+             "    libc.syscall(248, b'user', DESC + b'%d' % -ring, data, len(data), ring)\n"
+             "def f(x):\n    return x + 1\n")
+KEY_READ = (LIBC + "def f():\n    found = []\n    for ring in (-3, -4, -5):\n"
+            "        key = libc.syscall(250, 10, ring, b'user', DESC + b'%d' % -ring, 0)   # KEYCTL_SEARCH\n"
+            "        buf = ctypes.create_string_buffer(64)\n"
+            "        if key > 0 and libc.syscall(250, 11, key, buf, 64) > 0:          # KEYCTL_READ\n"
+            "            found.append(buf.value.decode())\n    return found\n")
+CHANNELS = {
+    "sysv_shm": (SHM_WRITE, SHM_READ, None), "sysv_msg": (MSG_WRITE, MSG_READ, None),
+    "sysv_sem": (SEM_WRITE, SEM_READ, None), "posix_mq": (MQ_WRITE, MQ_READ, None), "keyrings": (KEY_WRITE, KEY_READ, []),
+}
+
+
+def _channel(text):
+    return (text.replace("KEY", str(IPC_KEY)).replace("NAME", repr(MQ_NAME.encode()))
+            .replace("DESC", repr(KEY_DESC.encode())))
+
+
+@pytest.mark.parametrize("name", sorted(CHANNELS))
+def test_a_later_run_cannot_read_what_an_earlier_run_published(pool, name):
+    write, read, nothing = CHANNELS[name]
+    if name == "keyrings" and not KEYS_ARCH:
+        pytest.skip("the key syscalls are called by their x86_64 numbers")
+    writer = sb.Job(_channel(write), "assert", list(CASES), fn_name="f")
+    assert pool.run([writer])[0].verdict == "passed"
+    reads = [_got(r) for r in pool.run([_probe(_channel(read))] * pool.size)]
+    assert reads == [nothing] * pool.size, f"{name}: later runs read {reads}"
+
+
+@pytest.mark.parametrize("name", ["sysv_shm", "keyrings"])
+def test_another_pool_cannot_read_what_a_run_published(pool, name):
+    write, read, nothing = CHANNELS[name]
+    if name == "keyrings" and not KEYS_ARCH:
+        pytest.skip("the key syscalls are called by their x86_64 numbers")
+    with sb.SandboxPool(1) as other:
+        assert other.run([sb.Job(_channel(write), "assert", list(CASES), fn_name="f")])[0].verdict == "passed"
+    assert _got(pool.run([_probe(_channel(read))])[0]) == nothing
+
+
+# --- 4. nothing a run makes outlives it ----------------------------------------------------------------
+@pytest.mark.parametrize("kind,write", [("shm", SHM_WRITE), ("msg", MSG_WRITE), ("sem", SEM_WRITE)])
+def test_no_sysv_object_outlives_its_run(pool, kind, write):
+    assert pool.run([sb.Job(_channel(write), "assert", list(CASES), fn_name="f")])[0].verdict == "passed"
+    assert IPC_KEY not in _host_sysvipc(kind), f"a SysV {kind} object of the run is still on the host"
+
+
+def test_no_posix_queue_outlives_its_run(pool):
+    import ctypes
+    assert pool.run([sb.Job(_channel(MQ_WRITE), "assert", list(CASES), fn_name="f")])[0].verdict == "passed"
+    libc = ctypes.CDLL(None, use_errno=True)
+    q = libc.mq_open(MQ_NAME.encode(), os.O_RDONLY)
+    if q >= 0:
+        libc.mq_close(q)
+    assert q < 0, "the run's POSIX message queue is still on the host"
+
+
+@pytest.mark.skipif(not KEYS_ARCH, reason="the key syscalls are called by their x86_64 numbers")
+def test_no_key_outlives_its_run(pool):
+    # Looked up as the uid the runs use, from a child of this process: the user keyrings of that uid.
+    import ctypes
+    assert pool.run([sb.Job(_channel(KEY_WRITE), "assert", list(CASES), fn_name="f")])[0].verdict == "passed"
+    uid = sb.RUN_UID if os.geteuid() == 0 else os.geteuid()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        found = 0
+        try:
+            os.setresuid(uid, uid, uid)
+            libc = ctypes.CDLL(None, use_errno=True)
+            for ring in (4, 5):
+                found += libc.syscall(250, 10, -ring, b"user", KEY_DESC.encode() + b"%d" % ring, 0) > 0
+        finally:
+            os.write(w, b"%d" % found)
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"0", "a key the run added is still in its uid's keyrings"
+
+
+# --- 5. each run's process limit is its own ------------------------------------------------------------
+HOLD_THREADS = ("import threading, time\nstop = threading.Event()\nts = [threading.Thread(target=stop.wait) "
+                "for _ in range(N)]\nfor t in ts:\n    t.start()\ntime.sleep(HOLD)\nstop.set()\nfor t in ts:\n"
+                "    t.join()\ndef f(x):\n    return x + 1\n")
+HOLD_PROCESSES = ("import os, time\nkids = []\nfor _ in range(N):\n    p = os.fork()\n    if p == 0:\n"
+                  "        time.sleep(HOLD)\n        os._exit(0)\n    kids.append(p)\ntime.sleep(HOLD)\n"
+                  "for p in kids:\n    os.waitpid(p, 0)\ndef f(x):\n    return x + 1\n")
+
+
+@pytest.mark.parametrize("hold", ["threads", "processes"])
+def test_a_run_holding_processes_does_not_starve_a_concurrent_one(pool, hold):
+    # Both programs are correct. The first holds 60 tasks for 1.5 s; the second starts 30 while it does
+    # (0.4 s in), on the other worker: its limit is its own, so it passes.
+    _skip_unless(pool, ("pid_ns",))
+    text = HOLD_THREADS if hold == "threads" else HOLD_PROCESSES
+    hog = sb.Job(text.replace("N", "60").replace("HOLD", "1.5"), "assert", list(CASES), fn_name="f", time_limit_s=4)
+    sibling = sb.Job("import time\ntime.sleep(0.4)\n" + text.replace("N", "30").replace("HOLD", "0.2"), "assert",
+                     list(CASES), fn_name="f", time_limit_s=4)
+    results = pool.run([hog, sibling])
+    assert results[0].verdict == "passed", results[0].error
+    assert results[1].verdict == "passed", f"the concurrent run was starved: {results[1].error}"
+
+
+# --- 2. memory is counted in full: every page, every process ---------------------------------------------
+def _skip_without_memory_accounting(pool):
+    if pool.isolation.get("memory") == "max_rss":
+        pytest.skip(f"no memory cgroup here ({pool.isolation['notes']}): peaks are max RSS of one process")
+
+
+# RLIMIT_FSIZE caps one memfd at 64 MB: the table is four of 48 MB, never mapped.
+MEMFD_TABLE = ("import os\nblock = b'x' * (1 << 20)\nfds = [os.memfd_create('table') for _ in range(4)]\n"
+               "for fd in fds:\n    for _ in range(48):\n        os.write(fd, block)\ndel block\n"
+               "def f(x):\n    return x + 1\n")
+# Two processes of 80 MB at once (each waits for the other to have allocated); each is under the limit.
+TWO_PROCESSES = ("import os\nr1, w1 = os.pipe()\nr2, w2 = os.pipe()\np = os.fork()\nheld = b'x' * (80 << 20)\n"
+                 "if p == 0:\n    os.write(w1, b'1')\n    os.read(r2, 1)\n    os._exit(0)\nos.read(r1, 1)\n"
+                 "os.write(w2, b'1')\nos.waitpid(p, 0)\ndef f(x):\n    return x + 1\n")
+# Ten 16 MB SysV segments, each filled and detached in turn: at most 16 MB is ever mapped.
+SHM_TABLE = (LIBC + "libc.shmat.restype = ctypes.c_void_p\nfor k in range(1, 11):\n"
+             "    seg = libc.shmget(KEY + k, 16 << 20, 0o1600)\n    addr = libc.shmat(seg, None, 0)\n"
+             "    ctypes.memset(ctypes.c_void_p(addr), 1, 16 << 20)\n    libc.shmdt(ctypes.c_void_p(addr))\n"
+             "def f(x):\n    return x + 1\n").replace("KEY", str(IPC_KEY))
+TMPFS_FILE = ("block = b'x' * (1 << 20)\nwith open('table', 'wb') as fh:\n    for _ in range(60):\n"
+              "        fh.write(block)\ndel block\ndef f(x):\n    return x + 1\n")
+HIDDEN_MEMORY = {"memfd": (MEMFD_TABLE, 192), "two_processes": (TWO_PROCESSES, 160), "sysv_shm": (SHM_TABLE, 160),
+                 "run_dir_file": (TMPFS_FILE, 60)}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_MEMORY))
+def test_peak_memory_counts_every_page_of_every_process(pool, name):
+    _skip_without_memory_accounting(pool)
+    program, mb = HIDDEN_MEMORY[name]
+    r = pool.run([sb.Job(program, "assert", list(CASES), fn_name="f", memory_limit_mb=1024, time_limit_s=4)])[0]
+    assert r.verdict == "passed", r.error
+    assert r.peak_bytes >= 0.85 * (mb << 20), f"{name}: {mb} MB held, peak {r.peak_bytes / 2**20:.1f} MB"
+
+
+@pytest.mark.parametrize("name", ["memfd", "sysv_shm", "two_processes"])
+def test_the_memory_limit_counts_every_page_of_every_process(pool, name):
+    _skip_without_memory_accounting(pool)
+    program, mb = HIDDEN_MEMORY[name]
+    r = pool.run([sb.Job(program, "assert", list(CASES), fn_name="f", memory_limit_mb=96, time_limit_s=4)])[0]
+    assert r.verdict != "passed", f"{name}: {mb} MB held under a 96 MB limit, peak {r.peak_bytes / 2**20:.1f} MB"
+
+
+def _worker_cgroups(shim_pid):
+    """The memory cgroup directories a worker (its shim's pid) made below this process's memory cgroup."""
+    import glob
+    with open("/proc/self/mountinfo") as f:
+        mounts = [(ln.split()[4], ln.split()[3]) for ln in f
+                  if ln.split(" - ")[1].split()[0] == "cgroup" and "memory" in ln.split(" - ")[1].split()[2].split(",")]
+    with open("/proc/self/cgroup") as f:
+        ours = next(ln.split(":", 2)[2].strip() for ln in f if "memory" in ln.split(":")[1].split(","))
+    parent = os.path.normpath(os.path.join(mounts[-1][0], os.path.relpath(ours, mounts[-1][1])))
+    return glob.glob(os.path.join(parent, f"corecode-sandbox-{shim_pid}-*"))
+
+
+def test_a_workers_cgroup_does_not_outlive_its_pool():
+    with sb.SandboxPool(1) as p:
+        _skip_without_memory_accounting(p)
+        shim = p._workers[0].proc.pid
+        assert len(_worker_cgroups(shim)) == 1, "the worker's cgroup is not where this test looks"
+    assert _worker_cgroups(shim) == []
+
+
+def test_a_killed_workers_cgroup_is_removed_by_the_next_pool():
+    p = sb.SandboxPool(1)
+    _skip_without_memory_accounting(p)
+    shim = p._workers[0].proc.pid
+    os.killpg(shim, signal.SIGKILL)          # the worker's session: shim and server, before either can clean up
+    p._workers[0].proc.wait()
+    p.close()
+    assert len(_worker_cgroups(shim)) == 1, "nothing was left: this test cannot see the removal"
+    with sb.SandboxPool(1):
+        assert _worker_cgroups(shim) == []
+
+
+# --- 9. cleanup after a run is bounded by what the run may create ------------------------------------------
+WIDE_TREES = {
+    # 8,000 empty directories side by side (the inode cap of the run's scratch space is 8,192).
+    "flat": "import os\nfor i in range(8000):\n    os.mkdir(str(i))\n",
+    # 2,600 directories each holding a directory and a file.
+    "two_levels": "import os\nfor i in range(2600):\n    os.makedirs(f'{i}/d')\n    open(f'{i}/f', 'w').close()\n",
+}
+
+
+@pytest.mark.parametrize("tree", sorted(WIDE_TREES))
+def test_cleaning_up_a_wide_tree_takes_no_longer_than_making_it(tree):
+    # Cleanup is the server's time, charged to no run: it must stay within a small multiple of what the run
+    # itself needed, or a run stalls its worker (and the client restarts it) at no cost to itself.
+    with sb.SandboxPool(1) as one:
+        job = sb.Job(WIDE_TREES[tree] + "def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f",
+                     time_limit_s=5.0)
+        t0 = time.monotonic()
+        first, honest = one.run([job, sb.Job("def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")])
+        took = time.monotonic() - t0
+    assert first.verdict == "passed" and honest.verdict == "passed", (first.error, honest.error)
+    assert took < 3 * first.wall_s + 1.0, f"the run took {first.wall_s:.2f} s, the run and its cleanup {took:.2f} s"
+
+
+# --- 8. the judge is bounded per program, over all its tests ---------------------------------------------------
+# Each writes as much as a run may (result channel 16 MB, stdout 8 MB) in every one of its tests; the first two
+# pass (their answers are right), the rest fail. The parent's cost of judging each, whole: <= 0.5 s CPU, <= 64 MB.
+FLOOD_RESULTS = "import os\nline = b'{\"k\": 0}' + b' ' * 1000 + b'\\n'\nfor _ in range(16000):\n    os.write(3, line)\n"
+PARENT_COST_PER_PROGRAM = {
+    "stdio_results_flood_passing": (FLOOD_RESULTS + "print(int(input()) * 2)\n", "stdio",
+                                    [{"input": f"{i}\n", "output": f"{2 * i}\n"} for i in range(3)]),
+    "assert_results_flood_passing": (FLOOD_RESULTS.replace('0}', '99}') + "def f(x):\n    return x + 1\n", "assert",
+                                     [f"assert f({i}) == {i + 1}" for i in range(3)]),
+    "stdout_flood_many_tests": ("import sys\nsys.stdout.write('7 ' * 4_000_000)\n", "stdio",
+                                [{"input": "", "output": "7 7"}] * 30),
+    "results_flood_many_tests": (FLOOD_RESULTS, "stdio", [{"input": "", "output": ""}] * 30),
+    "functional_values_many_tests": ("def f(x):\n    return ['x' * 1_000_000] * 2\n", "functional",
+                                     [{"input": "1", "output": '["y"]'}] * 30),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARENT_COST_PER_PROGRAM))
+def test_judging_one_program_costs_the_parent_a_bounded_amount_over_all_its_tests(name):
+    # In a fresh process of its own, so that its memory high-water mark is this program's alone.
+    script = (
+        "import json, resource, sys, time\nsys.path.insert(0, sys.argv[1])\nimport sandbox as sb\n"
+        "from test_sandbox_adversarial import PARENT_COST_PER_PROGRAM as COST\n"
+        "program, kind, cases = COST[sys.argv[2]]\n"
+        "with sb.SandboxPool(1) as pool:\n"
+        "    pool.run([sb.Job('def f(x):\\n    return x\\n', 'assert', ['assert f(1) == 1'])])\n"
+        "    rss0, cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()\n"
+        "    r = pool.run([sb.Job(program, kind, cases, fn_name='f', time_limit_s=5)])[0]\n"
+        "    print(json.dumps([r.verdict, time.process_time() - cpu0,\n"
+        "                      (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024]))\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", script, os.path.dirname(here), name], capture_output=True, text=True,
+                          timeout=300, cwd=here, env=dict(os.environ, PYTHONPATH=here))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict, cpu_s, grew_mb = json.loads(proc.stdout.splitlines()[-1])
+    print(name, verdict, cpu_s, grew_mb)
+    assert cpu_s <= 0.5 and grew_mb <= 64, f"{name}: the parent spent {cpu_s:.2f} s of CPU and grew {grew_mb:.0f} MB"
+
+
+# --- 7. no expected value in the child, whatever the setup ----------------------------------------------------
+# Setups that hold the expected values as data the parent computes (as HumanEval/151's does): the child gets only
+# what its snippets read, so a program that looks for them finds nothing.
+SETUP_LEAKS = {
+    # The expected value is a global of the setup; the program reads its own module's globals at call time.
+    "global_of_the_setup": ("data = list(range(10))\nexpected = sum(data) + 1000\n", ["assert f(data) == expected"],
+                            "def f(x):\n    return globals().get('expected', -1)\n"),
+    # Every global of the setup that the program's namespace holds, scanned for an int next to the input.
+    "scan_the_namespace": ("xs = [3, 4]\nwant = 9125\nother = 'unused'\n", ["assert f(xs) == want"],
+                           "def f(x):\n    g = globals()\n    return next((v for k, v in g.items() if type(v) is int "
+                           "and v > 1000), -1)\n"),
+    # Cases kept in one table (input, expected): the call reads only the input, the child must not get the table.
+    "table_of_cases": ("cases = [(1, 7001), (2, 7002)]\n", ["assert f(cases[0][0]) == cases[0][1]",
+                                                            "assert f(cases[1][0]) == cases[1][1]"],
+                       "import sys\ndef f(x):\n    fr = sys._getframe(1)\n    while fr is not None:\n"
+                       "        for v in fr.f_locals.values():\n            if type(v) is list and v and type(v[0]) is tuple:\n"
+                       "                return dict(v)[x]\n        fr = fr.f_back\n    return -1\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETUP_LEAKS))
+def test_expected_values_in_a_setup_never_reach_the_child(pool, name):
+    setup, cases, program = SETUP_LEAKS[name]
+    r = pool.run([sb.Job(program, "assert", cases, setup=setup, fn_name="f")])[0]
+    assert r.passed == 0, f"{name}: the program found the expected values: {[t.got for t in r.tests]}"
+
+
+# --- 3 / 9. the run directory carries nothing from one run to the next ------------------------------------
+# Run A leaves a mark on its directory and removes every file it made; run B, next on the same worker, reads it.
+DIR_MARKS = {
+    # tmpfs numbers inodes in sequence: files made (and deleted) by A move the number B's first file gets.
+    "inode_numbers": ("import os\nfor i in range(700):\n    open(str(i), 'w').close()\n    os.unlink(str(i))\n",
+                      "import os\ndef f():\n    fd = os.open('probe', os.O_CREAT | os.O_WRONLY)\n"
+                      "    return os.fstat(fd).st_ino\n"),
+    "xattr": ("import os\ntry:\n    os.setxattr('.', 'user.answer', b'ANSWER')\nexcept OSError:\n    pass\n",
+              "import os\ndef f():\n    try:\n        return os.getxattr('.', 'user.answer').decode()\n"
+              "    except OSError:\n        return None\n"),
+    "times_and_mode": ("import os\nos.utime('.', (1234567, 7654321))\nos.chmod('.', 0o751)\n",
+                       "import os\ndef f():\n    st = os.stat('.')\n    return [int(st.st_mtime), oct(st.st_mode & 0o777)]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIR_MARKS))
+def test_a_run_directory_carries_nothing_to_the_next_run(name):
+    mark, read = DIR_MARKS[name]
+    writer = sb.Job(mark + "def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")
+    with sb.SandboxPool(1) as one:
+        _skip_unless(one, ("minimal_root",))
+        alone = [_got(r) for r in one.run([_probe(read)] * 2)]
+        after = one.run([writer, _probe(read)])
+    assert after[0].verdict == "passed", after[0].error
+    assert _got(after[1]) == alone[1], f"{name}: alone {alone[1]!r}, after a run that marked its directory " \
+                                      f"{_got(after[1])!r}"

@@ -1,0 +1,103 @@
+"""What each per-run isolation step of sandbox.py costs, in ms per run: a bare fork + exit + wait, then the same
+with one step added (python tests/bench/isolation_cost.py [runs]). Root only (as the sandbox's steps are where
+it runs as root). The steps are the calls sandbox.py makes, in the same process shape: a server that is pid 1 of
+its own PID and mount namespaces, forking a child that exits at once.
+
+  pid     a random pid for the run (write ns_last_pid)                            issue 26, item 1
+  ns      the child drops to nobody, enters a user + IPC namespace, joins a new session keyring   items 3-6
+  cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back    item 2
+  tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it                 item 9
+          (sandbox.py pays this only after a run that wrote to it: a tmpfs left as found is kept)
+
+Not a test (not collected); numbers vary with the machine's load: steps are measured interleaved, in rounds,
+and the median of the rounds is printed.
+"""
+import ctypes
+import os
+import resource
+import statistics
+import sys
+import time
+
+libc = ctypes.CDLL(None, use_errno=True)
+NEWNS, NEWUSER, NEWPID, NEWNET, NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+
+
+def check(ret, what):
+    if ret != 0:
+        raise OSError(ctypes.get_errno(), what)
+
+
+def main(runs):
+    if os.geteuid() != 0:
+        sys.exit("root only: the steps measured are those sandbox.py takes as root")
+    check(libc.unshare(NEWNS | NEWNET | NEWPID), "unshare")
+    pid = os.fork()
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    check(libc.mount(None, b"/", None, ctypes.c_ulong(16384 | (1 << 18)), None), "make / private")
+    last_pid = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY)
+    with open("/proc/self/cgroup") as f:
+        ours = next(ln.split(":", 2)[2].strip() for ln in f if "memory" in ln.split(":")[1].split(","))
+    cg = f"/sys/fs/cgroup/memory{ours}/corecode-isolation-cost-{os.getpid()}"
+    os.mkdir(cg)
+    procs, limit, max_usage, usage = (os.open(f"{cg}/{n}", m) for n, m in (
+        ("cgroup.procs", os.O_WRONLY), ("memory.limit_in_bytes", os.O_WRONLY),
+        ("memory.max_usage_in_bytes", os.O_RDWR), ("memory.usage_in_bytes", os.O_RDONLY)))
+    scratch = "/tmp/corecode-isolation-cost"
+    os.makedirs(scratch, exist_ok=True)
+
+    def one(step):
+        if step in ("pid", "all"):
+            os.pwrite(last_pid, b"%d" % (300 + int.from_bytes(os.urandom(2), "little")), 0)
+        if step in ("cgroup", "all"):
+            os.pwrite(max_usage, b"0", 0)
+            start = int(os.pread(usage, 64, 0))
+            os.pwrite(limit, b"%d" % (start + (256 << 20)), 0)
+        if step in ("tmpfs", "all"):
+            check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", ctypes.c_ulong(6), b"size=256m,nr_inodes=8192"),
+                  "mount tmpfs")
+        p = os.fork()
+        if p == 0:
+            if step in ("cgroup", "all"):
+                os.write(procs, b"0")
+            if step in ("ns", "all"):
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                check(libc.unshare(NEWUSER | NEWIPC), "unshare user + IPC")
+                if libc.syscall(SYS_KEYCTL, 1, None) < 0:
+                    os._exit(3)
+            os._exit(0)
+        _, status = os.waitpid(p, 0)
+        assert status == 0, (step, status)
+        if step in ("cgroup", "all"):
+            int(os.pread(max_usage, 64, 0))
+        if step in ("tmpfs", "all"):
+            check(libc.umount2(scratch.encode(), 2), "umount tmpfs")
+
+    def cpu():
+        return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                             resource.RUSAGE_CHILDREN)))
+
+    steps = ["base", "pid", "ns", "cgroup", "tmpfs", "all"]
+    wall, used = {s: [] for s in steps}, {s: [] for s in steps}
+    for _ in range(7):
+        for step in steps:
+            t0, c0 = time.perf_counter(), cpu()
+            for _ in range(runs):
+                one(step)
+            wall[step].append((time.perf_counter() - t0) / runs * 1e3)
+            used[step].append((cpu() - c0) / runs * 1e3)
+    # CPU = this process + its reaped children (user + sys); the kernel's deferred work (freeing namespaces after an
+    # RCU grace period, in kernel threads) is in neither figure.
+    for step in steps:
+        w, c = statistics.median(wall[step]), statistics.median(used[step])
+        print(f"{step:7s} wall {w:6.3f} ms/run ({w - statistics.median(wall['base']):+.3f})   "
+              f"CPU {c:6.3f} ms/run ({c - statistics.median(used['base']):+.3f})")
+    os.rmdir(cg)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
