@@ -583,10 +583,9 @@ def run(args) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
+    # (0, 1, device) under plain python; under torchrun the process group, rank r on cuda:LOCAL_RANK (or the CPU).
+    rank, world, args.device = grpo.dist_setup(args.device)
     where = f"rank {rank}: " if world > 1 else ""
-    if world > 1 and args.device is None and agents.torch.cuda.is_available():
-        args.device = f"cuda:{local}"
     try:
         summary_path = run(args)
     except UsageError as e:

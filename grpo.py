@@ -623,17 +623,24 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
 # 6. Data parallel (torchrun): rank r of W takes a contiguous share, gradients are summed, metrics gathered.
 # Under plain `python` (no WORLD_SIZE) every helper is the identity and no process group exists.
 
-def dist_setup():
-    """(rank, world, local_rank), joining torchrun's process group (nccl on CUDA, rank on cuda:LOCAL_RANK; gloo on
-    CPU) when WORLD_SIZE > 1; (0, 1, 0) under plain python."""
+def dist_setup(device=None):
+    """(rank, world, device): joins torchrun's process group when WORLD_SIZE > 1, (0, 1, device) otherwise.
+
+    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun a bare "cuda" means
+    cuda:LOCAL_RANK (one GPU per rank). The backend follows that device, not torch.cuda.is_available(): nccl for a
+    CUDA device (it has no CPU backend, so every tensor given to a collective must sit on the run's device), gloo
+    for a CPU one (`--device cpu` on a CUDA machine)."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world <= 1:
-        return 0, 1, 0
+        return 0, 1, device
+    if device == "cuda":
+        device = f"cuda:{local}"
     if not dist.is_initialized():
-        if torch.cuda.is_available():
-            torch.cuda.set_device(local)
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size(), local
+        if torch.device(device).type == "cuda":
+            torch.cuda.set_device(device)  # nccl and all_gather_object use the current device
+        dist.init_process_group("nccl" if torch.device(device).type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
 
 
 def rank_and_world():

@@ -582,16 +582,14 @@ def main(argv=None):
         print(f"wrote {out}")
         return
     check_args(args)
-    rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
-    if world > 1:
-        if args.problems_per_step < world:
-            fail(f"--problems-per-step {args.problems_per_step} is global: it must be >= the {world} ranks")
-        if args.device is None and torch.cuda.is_available():
-            args.device = f"cuda:{local}"
+    # (0, 1, device) under plain python; under torchrun the process group, rank r on cuda:LOCAL_RANK (or the CPU).
+    rank, world, args.device = grpo.dist_setup(args.device)
     # The sandbox's fork-server workers start before the model: small, clean processes (sandbox.py explains why).
     # The `with` makes sure they are shut down however training ends. Under torchrun the ranks of a machine share
     # its cores (SandboxPool's default).
     try:
+        if world > 1 and args.problems_per_step < world:
+            fail(f"--problems-per-step {args.problems_per_step} is global: it must be >= the {world} ranks")
         with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
     except Exception as e:
@@ -944,19 +942,18 @@ def learn(run, samples, adv, B, m, times):
 
 
 def sum_gradients(run, skipped):
-    """Under torchrun: every rank takes the same skip decision, then the adapter's gradients are summed over ranks
-    (a rank without rows adds zeros). Returns whether the update is skipped."""
+    """Under torchrun: every rank takes the same skip decision, and the adapter's gradients are summed over ranks
+    (a rank without rows adds zeros), in ONE collective. Returns whether the update is skipped."""
     if run.world == 1:
         return skipped
-    flag = torch.tensor([float(skipped)])
-    grpo.all_reduce_sum_([flag])
-    if flag.item():
-        return True
     for p in run.params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    grpo.all_reduce_sum_([p.grad for p in run.params])
-    return False
+    # The flag rides in the gradients' buffer, on the run's device: nccl has no CPU backend, so a CPU flag would
+    # raise at the first update. A skipping rank's gradients may be NaN: every rank then drops the step anyway.
+    flag = torch.tensor([float(skipped)], device=run.device)  # (1,)
+    grpo.all_reduce_sum_([flag] + [p.grad for p in run.params])
+    return bool(flag.item())
 
 
 def log_evaluate_checkpoint(run, m):
