@@ -597,6 +597,8 @@ def main(argv=None) -> int:
         # One line naming the rank; torchrun then stops the other ranks and exits non-zero.
         print(f"error: {where}{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
         return 1
+    finally:
+        grpo.dist_teardown()
     if summary_path:
         print(f"summary: {summary_path}")
     return 0

@@ -4,7 +4,7 @@ What it is: (1) LoRA by hand: `LoRALinear` wraps a frozen nn.Linear and holds se
 model serves every agent, and "all adapters off" IS the KL reference (the same weights, no second copy); adapters
 are saved and loaded in PEFT's file format. (2) Per-layer activation checkpointing, only while training with grad.
 (3) The objective as pure tensor functions: per-token log-probs of completions (never the full (B, T, V) float32
-logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Five
+logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Seven
 torch.distributed helpers for data parallel under torchrun.
 What it is not: a trainer (train.py glues problems, sampling, rewards, the optimizer, and scales each rank's loss by
 its share of rows so summed gradients equal one process's); no quantisation, no LoRA variants (DoRA, rsLoRA, biases).
@@ -643,6 +643,12 @@ def dist_setup(device=None):
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def dist_teardown():
+    """Leave the process group at exit (torch warns about, and nccl may hang on, a group never destroyed)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def rank_and_world():
     """(rank, world size) of this process: (0, 1) without a process group."""
     return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
@@ -666,6 +672,16 @@ def gather(obj):
     out = [None] * world
     dist.all_gather_object(out, obj)
     return out
+
+
+def from_rank0(obj):
+    """Rank 0's obj on every rank (a decision all ranks must share, e.g. what rank 0 read from its disk); obj
+    itself without a process group."""
+    if rank_and_world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def all_reduce_sum_(tensors):

@@ -369,15 +369,15 @@ def eval_path(out, step):
 
 
 def read_eval(out, step):
-    """{method: {task_id: passed}} of the held-out evaluation written at `step` ({} when there is none)."""
-    path = eval_path(out, step)
-    if not os.path.exists(path):
-        return {}
-    out = {}
-    with open(path) as f:
-        for r in (json.loads(line) for line in f if line.strip()):
-            out.setdefault(r["method"], {})[r["task_id"]] = r["passed"]
-    return out
+    """{method: {task_id: passed}} of the held-out evaluation written at `step` ({} when there is none), as rank 0
+    reads it. Every rank gets rank 0's rows (a collective: all ranks call it), so a rank that cannot see rank 0's
+    files (several nodes, no shared filesystem) takes rank 0's branch rather than hang in another collective."""
+    path, rows = eval_path(out, step), {}
+    if grpo.rank_and_world()[0] == 0 and os.path.exists(path):
+        with open(path) as f:
+            for r in (json.loads(line) for line in f if line.strip()):
+                rows.setdefault(r["method"], {})[r["task_id"]] = r["passed"]
+    return grpo.from_rank0(rows)
 
 
 def held_out_eval(run, step):
@@ -459,8 +459,7 @@ def save_checkpoint(out, step, model, role, optimizer, scheduler, keep_last, bas
         "step": step,  # the number of completed steps
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "rng": rng_states(next(model.parameters()).device),
     }
     torch.save(state, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
@@ -478,12 +477,24 @@ def load_checkpoint(path, model, role, optimizer, scheduler):
     state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    random.setstate(state["rng"]["python"])
-    np.random.set_state(state["rng"]["numpy"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if state["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    set_rng_states(state["rng"], next(model.parameters()).device)
     return state["step"]
+
+
+def rng_states(device):
+    """The RNGs a resumed run continues: python, numpy, torch's CPU one and the run's CUDA device's, only that one
+    (a rank owns one GPU; a CPU run on a CUDA machine has none to save)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": [torch.cuda.get_rng_state(device)] if device.type == "cuda" else []}
+
+
+def set_rng_states(state, device):
+    """Restore rng_states' dict (older checkpoints hold every GPU's state: the first, cuda:0's, is used)."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"][0], device)
 
 
 def problem_generator(seed, step, index, device):
@@ -611,6 +622,8 @@ def main(argv=None):
         sys.exit(130)
     except OSError as e:  # disk full, --out made read-only during the run, ...
         fail(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with --resume)")
+    finally:
+        grpo.dist_teardown()
 
 
 def check_out_dir(args):
@@ -898,7 +911,7 @@ def learn(run, samples, adv, B, m, times):
     show(run, "reference log-probs")
     t0 = time.time()
     ref_lp, old_lp = reference_logprobs(run, mbs)
-    times["t_reference"] = time.time() - t0
+    times["t_reference"] = seconds_since(t0, run.device)
 
     # ---- 6 learn, forward AND backward under the trained role's adapter
     show(run, f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
@@ -938,7 +951,15 @@ def learn(run, samples, adv, B, m, times):
     run.model.eval()
     m.update(summed(grpo.gather(stats)))
     m["lr"] = run.optimizer.param_groups[0]["lr"]
-    times["t_learn"] = time.time() - t0
+    times["t_learn"] = seconds_since(t0, run.device)
+
+
+def seconds_since(t0, device):
+    """Wall seconds since t0, once the device has run what was queued: CUDA kernels run asynchronously, so without
+    the sync a phase's GPU work would be billed to the next phase (t_reference's to t_learn)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.time() - t0
 
 
 def sum_gradients(run, skipped):

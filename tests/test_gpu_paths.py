@@ -4,8 +4,11 @@ No GPU here: torch.cuda and torch.distributed calls are monkeypatched to record 
 device stands in for a GPU where a tensor's device is what matters (a tensor made on the CPU by mistake then shows).
 What only a real GPU can show (speed, nccl itself, bf16 numerics) is listed in README ("What holds on CUDA").
 """
+import random
+import time
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -65,4 +68,46 @@ def test_sum_gradients_gives_collectives_only_tensors_on_the_run_device(monkeypa
     with pytest.raises(Collective):
         train.sum_gradients(run, False)
     assert seen == [meta]
+
+
+def test_read_eval_gives_every_rank_rank_zeros_rows(monkeypatch, tmp_path):
+    # Rank 1 cannot see rank 0's step-0 file (no shared filesystem); it must still take rank 0's branch.
+    sent = {"direct": {"mbpp/601": True}}
+
+    def broadcast(box, src):
+        assert src == 0 and box == [{}]  # rank 1 reads nothing itself
+        box[0] = sent
+
+    monkeypatch.setattr(grpo, "rank_and_world", lambda: (1, 2))
+    monkeypatch.setattr(grpo.dist, "broadcast_object_list", broadcast)
+    assert train.read_eval(str(tmp_path), 0) == sent
+
+
+def test_main_leaves_the_process_group_even_when_it_fails(monkeypatch, tmp_path):
+    left = []
+    monkeypatch.setattr(grpo, "dist_setup", lambda device: (0, 2, "cpu"))
+    monkeypatch.setattr(grpo, "dist_teardown", lambda: left.append(True))
+    with pytest.raises(SystemExit):  # 1 problem per step for 2 ranks: refused after the group is up
+        train.main(["--stage", "toy", "--problems-per-step", "1", "--out", str(tmp_path)])
+    assert left == [True]
+
+
+def test_rng_round_trip_includes_the_run_cuda_device(monkeypatch):
+    gpu = {"cuda:1": torch.tensor([7], dtype=torch.uint8)}  # a stand-in for cuda:1's generator state
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda d: gpu[str(d)].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, d: gpu.__setitem__(str(d), s))
+    device = torch.device("cuda:1")
+    state = train.rng_states(device)
+    draws = (random.random(), np.random.rand(), torch.rand(1), gpu["cuda:1"].fill_(9))
+    train.set_rng_states(state, device)
+    assert (random.random(), np.random.rand(), torch.rand(1)) == draws[:3]
+    assert gpu["cuda:1"].tolist() == [7] and len(state["cuda"]) == 1  # only the run's device was saved
+
+
+def test_seconds_since_waits_for_the_cuda_device(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d: synced.append(str(d)))
+    t0 = time.time()
+    train.seconds_since(t0, torch.device("cpu"))
+    assert train.seconds_since(t0, torch.device("cuda:1")) >= 0 and synced == ["cuda:1"]
 
