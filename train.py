@@ -601,6 +601,10 @@ def main(argv=None):
     try:
         if world > 1 and args.problems_per_step < world:
             fail(f"--problems-per-step {args.problems_per_step} is global: it must be >= the {world} ranks")
+        if agents.resolve_dtype(None if args.dtype == "auto" else args.dtype, args.device) == torch.float16:
+            # A LoRA gradient through fp16 activations underflows without a loss scaler, and this script has none.
+            fail(f"--dtype {args.dtype} gives float16 on {args.device}: training in fp16 needs loss scaling, which "
+                 "train.py does not do; use --dtype bfloat16 or float32 (evaluate.py may use fp16)")
         with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
     except Exception as e:

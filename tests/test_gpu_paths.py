@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import agents
 import grpo
 import train
 
@@ -90,6 +91,21 @@ def test_main_leaves_the_process_group_even_when_it_fails(monkeypatch, tmp_path)
     with pytest.raises(SystemExit):  # 1 problem per step for 2 ranks: refused after the group is up
         train.main(["--stage", "toy", "--problems-per-step", "1", "--out", str(tmp_path)])
     assert left == [True]
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_resolve_dtype_on_cuda_is_bf16_else_fp16(monkeypatch, bf16):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **kw: bf16)
+    assert agents.resolve_dtype("auto", "cuda:0") == (torch.bfloat16 if bf16 else torch.float16)
+
+
+def test_training_refuses_fp16_in_one_line(monkeypatch, tmp_path, capsys):
+    # --dtype auto on a GPU without bf16 gives fp16, and train.py has no loss scaler.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **kw: False)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--stage", "toy", "--device", "cuda", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "\n" not in err and "loss scaling" in err
 
 
 def test_rng_round_trip_includes_the_run_cuda_device(monkeypatch):
