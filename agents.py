@@ -327,7 +327,8 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
 
     from transformers import DynamicCache
 
-    with torch.no_grad(), _eval_mode(model):
+    # The active adapter runs in the base dtype while sampling (grpo.adapters_in_base_dtype: fewer kernels per token).
+    with torch.no_grad(), _eval_mode(model), grpo.adapters_in_base_dtype(model):
         cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
         fwd = _forward_kwargs(model, cache)
         # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
