@@ -127,3 +127,16 @@ def test_seconds_since_waits_for_the_cuda_device(monkeypatch):
     train.seconds_since(t0, torch.device("cpu"))
     assert train.seconds_since(t0, torch.device("cuda:1")) >= 0 and synced == ["cuda:1"]
 
+
+def test_reading_all_finished_every_8_steps_samples_what_every_step_does(tiny_model_dir, monkeypatch):
+    # On a GPU "all rows finished" is read every 8 steps: the extra steps of pads must be cut off exactly.
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    prompts = [agents.chat_prompt(tok, "You write Python.", u) for u in ("hi", "Write a function to sort a list.")]
+    kw = dict(group_size=3, max_new_tokens=64, temperature=1.0, seed=0, eos_token_ids=list(range(3, 43)))
+    every = agents.sample(model, tok, prompts, **kw)
+    monkeypatch.setattr(agents, "_finished_check_every", lambda device: 8)
+    eighth = agents.sample(model, tok, prompts, **kw)
+    assert torch.equal(eighth.completion_ids, every.completion_ids)
+    assert torch.equal(eighth.completion_mask, every.completion_mask) and eighth.texts == every.texts
+    T = every.completion_ids.shape[1]
+    assert T < 64 and T % 8  # every row ended early, between two reads: the cut really happened
