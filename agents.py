@@ -241,7 +241,7 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
         mask[:, t] = alive
         finished |= torch.isin(token, eos_ids)
         if stop:
-            host_ids[t].copy_(token, non_blocking=True)
+            host_ids[t].copy_(token, non_blocking=copied is not None)  # async only where an event tells when done
             if copied is not None:
                 copied.record()
         if t + 1 == max_new_tokens:
