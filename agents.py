@@ -213,15 +213,26 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
     full_mask: the prompt mask followed by ones (see `_decode_mask`), or None when nothing is padded; step t
     attends to its first P + t + 1 columns, a view, so nothing is concatenated per step. Like HF generate,
     finished rows keep receiving pad tokens (their outputs are thrown away: compute, never correctness).
+    Host syncs: on a GPU a decode step is bound by kernel launches, so the host must queue the next step while the
+    device runs this one; it never waits for a step it has not queued the successor of. Stop strings are matched on a
+    host copy of each step's tokens (one non-blocking copy, read once the next step is queued, still before that
+    step's token is drawn); without stop strings "all finished" is read every `_finished_check_every` steps, and
+    the extra steps of pads are cut off at the end (T = the steps in which some row was running).
     """
     B, device = logits.shape[0], logits.device
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)  # (B, N)
     finished = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
-    # Longest stop string in characters; a token adds >= 1 character except for partial UTF-8 bytes,
-    # so 4 tokens per character (+ slack) always cover a stop string that ends in the newest token.
-    window = 4 * max((len(s) for s in stop), default=0) + 4
-    T = 0
+    if stop:
+        # Longest stop string in characters; a token adds >= 1 character except for partial UTF-8 bytes,
+        # so 4 tokens per character (+ slack) always cover a stop string that ends in the newest token.
+        window = 4 * max(len(s) for s in stop) + 4
+        # Step-major, so each step's copy is one contiguous row; pinned, so the copy does not block the host.
+        host_ids = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, pin_memory=device.type == "cuda")
+        running = torch.ones(B, dtype=torch.bool)  # (B,) host mirror of ~finished
+        eos_host = eos_ids.cpu()
+        copied = torch.cuda.Event() if device.type == "cuda" else None
+    check_every = _finished_check_every(device)
     for t in range(max_new_tokens):
         token = sample_token(logits, temperature, top_k, top_p, generator)  # (B,)
         # The mask is "this row was still running when it produced this token": it therefore
@@ -231,18 +242,37 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
         ids[:, t] = token
         mask[:, t] = alive
         finished |= torch.isin(token, eos_ids)
-        T = t + 1
         if stop:
-            finished |= _hit_stop(tokenizer, ids, finished, t, window, stop)
-        # One host sync per step (not per row) to end early once every row is done.
-        if t + 1 == max_new_tokens or bool(finished.all()):
+            host_ids[t].copy_(token, non_blocking=copied is not None)  # async only where an event tells when done
+            if copied is not None:
+                copied.record()
+        if t + 1 == max_new_tokens:
             break
         if progress is not None and (t + 1) % 16 == 0:
             progress(t + 1, max_new_tokens)
         step_mask = None if full_mask is None else full_mask[..., : n_prompt + t + 1]  # (B, P+t+1) or (B,1,1,P+t+1)
-        logits = decode_one_token(model, fwd, token, step_mask, positions)  # (B, V)
+        logits = decode_one_token(model, fwd, token, step_mask, positions)  # (B, V) queued, not waited for
         positions = positions + 1
+        if stop:
+            if copied is not None:
+                copied.synchronize()  # this step's tokens only; the forward just queued keeps the device busy
+            running &= ~torch.isin(host_ids[t], eos_host)
+            hit = _hit_stop(tokenizer, host_ids, running, t, window, stop)  # (B,) host
+            if hit.any():  # at most once per row: the only host-to-device write of the loop
+                running &= ~hit
+                finished |= hit.to(device, non_blocking=True)
+            if not running.any():
+                break
+        elif (t + 1) % check_every == 0 and bool(finished.all()):  # a host sync, so not every step on a GPU
+            break
+    T = int(mask.any(0).sum())  # a row runs in a prefix of the steps, so the steps with one running are a prefix
     return ids[:, :T], mask[:, :T]
+
+
+def _finished_check_every(device):
+    """Decode steps between two reads of "all rows finished": every step on a CPU, where a sync costs nothing and a
+    step a lot; 8 on an accelerator (up to 7 wasted steps at the end, against a stalled queue every step)."""
+    return 1 if device.type == "cpu" else 8
 
 
 def _decode_mask(model, prompt_mask, max_new_tokens):
@@ -259,13 +289,13 @@ def _decode_mask(model, prompt_mask, max_new_tokens):
     return mask2d
 
 
-def _hit_stop(tokenizer, ids, finished, t, window, stop):
-    """(B,) bool: running rows whose decoded tail (last `window` tokens up to step t) contains a stop string."""
-    rows = (~finished).nonzero().flatten().tolist()
-    tails = tokenizer.batch_decode(ids[rows, max(0, t + 1 - window): t + 1].tolist()) if rows else []
-    hit = torch.zeros_like(finished)
-    for row, text in zip(rows, tails):
-        hit[row] = any(s in text for s in stop)
+def _hit_stop(tokenizer, host_ids, running, t, window, stop):
+    """(B,) bool on the host: running rows whose decoded tail (their last `window` tokens up to step t) contains a
+    stop string. host_ids (N, B) and running (B,) are host tensors: nothing here touches the device."""
+    rows = running.nonzero().flatten()
+    tails = tokenizer.batch_decode(host_ids[max(0, t + 1 - window): t + 1, rows].T.tolist()) if len(rows) else []
+    hit = torch.zeros_like(running)
+    hit[rows] = torch.tensor([any(s in text for s in stop) for text in tails], dtype=torch.bool)
     return hit
 
 
@@ -329,7 +359,8 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
 
     from transformers import DynamicCache
 
-    with torch.no_grad(), _eval_mode(model):
+    # The active adapter runs in the base dtype while sampling (grpo.adapters_in_base_dtype: fewer kernels per token).
+    with torch.no_grad(), _eval_mode(model), grpo.adapters_in_base_dtype(model):
         cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
         fwd = _forward_kwargs(model, cache)
         # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)

@@ -703,10 +703,9 @@ def main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
-    rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
+    # (0, 1, device) under plain python; under torchrun the process group, rank r on cuda:LOCAL_RANK (or the CPU).
+    rank, world, args.device = grpo.dist_setup(args.device)
     where = f"rank {rank}: " if world > 1 else ""
-    if world > 1 and args.device is None and agents.torch.cuda.is_available():
-        args.device = f"cuda:{local}"
     try:
         summary_path = run(args)
     except UsageError as e:
@@ -724,6 +723,8 @@ def main(argv=None) -> int:
         # One line naming the rank; torchrun then stops the other ranks and exits non-zero.
         print(f"error: {where}{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
         return 1
+    finally:
+        grpo.dist_teardown()
     if summary_path:
         print(f"summary: {summary_path}")
     return 0

@@ -4,7 +4,7 @@ What it is: (1) LoRA by hand: `LoRALinear` wraps a frozen nn.Linear and holds se
 model serves every agent, and "all adapters off" IS the KL reference (the same weights, no second copy); adapters
 are saved and loaded in PEFT's file format. (2) Per-layer activation checkpointing, only while training with grad.
 (3) The objective as pure tensor functions: per-token log-probs of completions (never the full (B, T, V) float32
-logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Five
+logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Seven
 torch.distributed helpers for data parallel under torchrun.
 What it is not: a trainer (train.py glues problems, sampling, rewards, the optimizer, and scales each rank's loss by
 its share of rows so summed gradients equal one process's); no quantisation, no LoRA variants (DoRA, rsLoRA, biases).
@@ -59,6 +59,7 @@ class LoRALinear(nn.Module):
         self.lora_dropout = nn.ModuleDict()  # name -> nn.Dropout or nn.Identity
         self.r, self.lora_alpha, self.scaling = {}, {}, {}  # name -> hyper-parameter (for adapter_config.json)
         self.active = None
+        self.sampling = {}  # name -> (A, B * scaling) in the base dtype, inside `adapters_in_base_dtype` only
 
     def add_adapter(self, name, r, alpha, dropout, dtype=torch.float32):
         w = self.base_layer.weight  # (out, in)
@@ -75,6 +76,10 @@ class LoRALinear(nn.Module):
         name = self.active
         if name is None or name not in self.lora_A:
             return out
+        if name in self.sampling and not torch.is_grad_enabled():
+            # Sampling: two matmuls and an add, no casts and no scale (~6 kernels -> 3 per wrapped module and token).
+            A, B = self.sampling[name]  # (r, in), (out, r) in the base dtype
+            return out + F.linear(F.linear(x, A), B)  # (..., out)
         A, B = self.lora_A[name], self.lora_B[name]
         # The adapter runs in its own dtype (float32 by default) so that small updates are not rounded away in bf16;
         # it costs 2 * r * (in + out) flops per token, noise next to the base layer.
@@ -162,6 +167,30 @@ def use_adapter(model, name):
         yield model
     finally:
         _set_active(model, previous)
+
+
+@contextlib.contextmanager
+def adapters_in_base_dtype(model):
+    """Context for sampling: under torch.no_grad() each wrapper's active adapter runs in its base layer's dtype, with
+    alpha / r folded into a copy of B (made on entry, so it is the adapter as it is now; dropped on exit). The base
+    weights are never touched. Training and log-probs (grad, or outside the context) keep the float32 adapter.
+
+    Tolerance: on a float32 base the only change is the rounding of B * scaling (none when alpha / r is a power of
+    two, as the defaults 32 / 16). On a bf16 base the adapter's term carries bf16 rounding (A, B * scaling and the
+    rank-r activations each rounded once: ~3 * 2^-9 of that term; tested within 2^-6) where training computes it in
+    float32, so a rollout's tokens come from a policy that differs from the trained one by that much; the output is
+    rounded to bf16 in both. Not folded into W instead: W + B A rounded to bf16 loses most of a small update (why the
+    adapter is float32 at all), and restoring the exact W afterwards would need a copy of every wrapped weight."""
+    mods = [m for _, m in lora_modules(model) if m.active in m.lora_A]
+    with torch.no_grad():
+        for m in mods:
+            name, dtype = m.active, m.base_layer.weight.dtype
+            m.sampling = {name: (m.lora_A[name].to(dtype), (m.lora_B[name] * m.scaling[name]).to(dtype))}
+    try:
+        yield model
+    finally:
+        for m in mods:
+            m.sampling = {}
 
 
 def adapters_off(model):
@@ -628,17 +657,30 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
 # 6. Data parallel (torchrun): rank r of W takes a contiguous share, gradients are summed, metrics gathered.
 # Under plain `python` (no WORLD_SIZE) every helper is the identity and no process group exists.
 
-def dist_setup():
-    """(rank, world, local_rank), joining torchrun's process group (nccl on CUDA, rank on cuda:LOCAL_RANK; gloo on
-    CPU) when WORLD_SIZE > 1; (0, 1, 0) under plain python."""
+def dist_setup(device=None):
+    """(rank, world, device): joins torchrun's process group when WORLD_SIZE > 1, (0, 1, device) otherwise.
+
+    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun a bare "cuda" means
+    cuda:LOCAL_RANK (one GPU per rank). The backend follows that device, not torch.cuda.is_available(): nccl for a
+    CUDA device (it has no CPU backend, so every tensor given to a collective must sit on the run's device), gloo
+    for a CPU one (`--device cpu` on a CUDA machine)."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world <= 1:
-        return 0, 1, 0
+        return 0, 1, device
+    if device == "cuda":
+        device = f"cuda:{local}"
     if not dist.is_initialized():
-        if torch.cuda.is_available():
-            torch.cuda.set_device(local)
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size(), local
+        if torch.device(device).type == "cuda":
+            torch.cuda.set_device(device)  # nccl and all_gather_object use the current device
+        dist.init_process_group("nccl" if torch.device(device).type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def dist_teardown():
+    """Leave the process group at exit (torch warns about, and nccl may hang on, a group never destroyed)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank_and_world():
@@ -664,6 +706,16 @@ def gather(obj):
     out = [None] * world
     dist.all_gather_object(out, obj)
     return out
+
+
+def from_rank0(obj):
+    """Rank 0's obj on every rank (a decision all ranks must share, e.g. what rank 0 read from its disk); obj
+    itself without a process group."""
+    if rank_and_world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def all_reduce_sum_(tensors):

@@ -416,15 +416,15 @@ def eval_path(out, step):
 
 
 def read_eval(out, step):
-    """{method: {task_id: passed}} of the held-out evaluation written at `step` ({} when there is none)."""
-    path = eval_path(out, step)
-    if not os.path.exists(path):
-        return {}
-    out = {}
-    with open(path) as f:
-        for r in (json.loads(line) for line in f if line.strip()):
-            out.setdefault(r["method"], {})[r["task_id"]] = r["passed"]
-    return out
+    """{method: {task_id: passed}} of the held-out evaluation written at `step` ({} when there is none), as rank 0
+    reads it. Every rank gets rank 0's rows (a collective: all ranks call it), so a rank that cannot see rank 0's
+    files (several nodes, no shared filesystem) takes rank 0's branch rather than hang in another collective."""
+    path, rows = eval_path(out, step), {}
+    if grpo.rank_and_world()[0] == 0 and os.path.exists(path):
+        with open(path) as f:
+            for r in (json.loads(line) for line in f if line.strip()):
+                rows.setdefault(r["method"], {})[r["task_id"]] = r["passed"]
+    return grpo.from_rank0(rows)
 
 
 def held_out_eval(run, step):
@@ -517,8 +517,7 @@ def save_checkpoint(out, step, model, role, optimizer, scheduler, keep_last, bas
         "step": step,  # the number of completed steps
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "rng": rng_states(next(model.parameters()).device),
     }
     torch.save(state, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
@@ -536,12 +535,24 @@ def load_checkpoint(path, model, role, optimizer, scheduler):
     state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    random.setstate(state["rng"]["python"])
-    np.random.set_state(state["rng"]["numpy"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if state["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    set_rng_states(state["rng"], next(model.parameters()).device)
     return state["step"]
+
+
+def rng_states(device):
+    """The RNGs a resumed run continues: python, numpy, torch's CPU one and the run's CUDA device's, only that one
+    (a rank owns one GPU; a CPU run on a CUDA machine has none to save)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": [torch.cuda.get_rng_state(device)] if device.type == "cuda" else []}
+
+
+def set_rng_states(state, device):
+    """Restore rng_states' dict (older checkpoints hold every GPU's state: the first, cuda:0's, is used)."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"][0], device)
 
 
 def problem_generator(seed, step, index, device):
@@ -640,18 +651,22 @@ def main(argv=None):
         print(f"wrote {out}")
         return
     check_args(args)
-    rank, world, local = grpo.dist_setup()  # (0, 1, 0) under plain python; torchrun's process group otherwise
-    if world > 1:
-        if args.problems_per_step < world:
-            fail(f"--problems-per-step {args.problems_per_step} is global: it must be >= the {world} ranks")
-        if args.device is None and torch.cuda.is_available():
-            args.device = f"cuda:{local}"
+    # (0, 1, device) under plain python; under torchrun the process group, rank r on cuda:LOCAL_RANK (or the CPU).
+    rank, world, args.device = grpo.dist_setup(args.device)
     # The sandbox's fork-server workers start before the model: small, clean processes (sandbox.py explains why).
     # The `with` makes sure they are shut down however training ends. Under torchrun the ranks of a machine share
     # its cores (SandboxPool's default).
     try:
+        if world > 1 and args.problems_per_step < world:
+            fail(f"--problems-per-step {args.problems_per_step} is global: it must be >= the {world} ranks")
+        if agents.resolve_dtype(None if args.dtype == "auto" else args.dtype, args.device) == torch.float16:
+            # A LoRA gradient through fp16 activations underflows without a loss scaler, and this script has none.
+            fail(f"--dtype {args.dtype} gives float16 on {args.device}: training in fp16 needs loss scaling, which "
+                 "train.py does not do; use --dtype bfloat16 or float32 (evaluate.py may use fp16)")
         with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
+    except OSError as e:  # disk full, --out made read-only during the run, ... (before Exception, which re-raises)
+        fail(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with --resume)")
     except Exception as e:
         if world == 1:
             raise
@@ -669,8 +684,8 @@ def main(argv=None):
             print(f"\ninterrupted before the first checkpoint (nothing to resume); start again with: python train.py "
                   f"{again}", file=sys.stderr)
         sys.exit(130)
-    except OSError as e:  # disk full, --out made read-only during the run, ...
-        fail(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with --resume)")
+    finally:
+        grpo.dist_teardown()
 
 
 # Flags a resumed run may change: they decide how long it runs, where and how often it reports, not what it learns.
@@ -918,7 +933,7 @@ def rollout_and_score(run, batch, generators):
         gains = reference_information(run, [p for p in group_probs for _ in range(G)], [o["plan"] for o in outputs])
         for o, g in zip(outputs, gains):
             o["info"] = g
-        times["t_info"] = time.time() - t0
+        times["t_info"] = seconds_since(t0, run.device)
     rewards_mine = []
     for i in range(len(group_probs)):
         rewards_mine += REWARDS[stage_def["reward"]](results[i * G * M:(i + 1) * G * M], outputs[i * G:(i + 1) * G],
@@ -1031,7 +1046,7 @@ def learn(run, samples, adv, B, m, times):
     show(run, "reference log-probs")
     t0 = time.time()
     ref_lp, old_lp = reference_logprobs(run, mbs)
-    times["t_reference"] = time.time() - t0
+    times["t_reference"] = seconds_since(t0, run.device)
 
     # ---- 6 learn, forward AND backward under the trained role's adapter
     show(run, f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
@@ -1082,23 +1097,30 @@ def learn(run, samples, adv, B, m, times):
     run.model.eval()
     m.update(summed(grpo.gather(stats)))
     m["lr"] = run.optimizer.param_groups[0]["lr"]
-    times["t_learn"] = time.time() - t0
+    times["t_learn"] = seconds_since(t0, run.device)
+
+
+def seconds_since(t0, device):
+    """Wall seconds since t0, once the device has run what was queued: CUDA kernels run asynchronously, so without
+    the sync a phase's GPU work would be billed to the next phase (t_reference's to t_learn)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.time() - t0
 
 
 def sum_gradients(run, skipped):
-    """Under torchrun: every rank takes the same skip decision, then the adapter's gradients are summed over ranks
-    (a rank without rows adds zeros). Returns whether the update is skipped."""
+    """Under torchrun: every rank takes the same skip decision, and the adapter's gradients are summed over ranks
+    (a rank without rows adds zeros), in ONE collective. Returns whether the update is skipped."""
     if run.world == 1:
         return skipped
-    flag = torch.tensor([float(skipped)])
-    grpo.all_reduce_sum_([flag])
-    if flag.item():
-        return True
     for p in run.params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    grpo.all_reduce_sum_([p.grad for p in run.params])
-    return False
+    # The flag rides in the gradients' buffer, on the run's device: nccl has no CPU backend, so a CPU flag would
+    # raise at the first update. A skipping rank's gradients may be NaN: every rank then drops the step anyway.
+    flag = torch.tensor([float(skipped)], device=run.device)  # (1,)
+    grpo.all_reduce_sum_([flag] + [p.grad for p in run.params])
+    return bool(flag.item())
 
 
 def eval_line(m, helper):

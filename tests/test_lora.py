@@ -119,6 +119,56 @@ def test_eval_does_not_merge(model, ids):
         assert torch.allclose(logits(model, ids), base, atol=ATOL)
 
 
+# --- the sampling path: the adapter in the base dtype (grpo.adapters_in_base_dtype) --------------------------------
+
+def one_lora_linear(dtype, scale=0.3):
+    """A 64 -> 48 base layer in `dtype` with a rank-8 float32 adapter whose B is far from zero, and its input."""
+    g = torch.Generator().manual_seed(0)
+    m = grpo.LoRALinear(torch.nn.Linear(64, 48).to(dtype))
+    m.add_adapter("coder", r=8, alpha=12, dropout=0.0)  # scaling 1.5: B * scaling is rounded, not exact
+    with torch.no_grad():
+        m.lora_B["coder"].copy_(torch.randn(48, 8, generator=g) * scale)
+    m.active = "coder"
+    return m, torch.randn(5, 64, generator=g).to(dtype)  # (N, in)
+
+
+def test_base_dtype_adapter_equals_float32_path_on_a_float32_base(model, ids):
+    grpo.add_lora(model, "coder", r=4, alpha=8)
+    randomize_B(model, "coder")
+    slow = logits(model, ids)
+    with grpo.adapters_in_base_dtype(model):
+        assert torch.equal(logits(model, ids), slow)  # alpha / r = 2: B * scaling is exact, so is everything else
+
+
+def test_base_dtype_adapter_within_its_tolerance_on_a_bf16_base():
+    m, x = one_lora_linear(torch.bfloat16)
+    with torch.no_grad():
+        slow, base = m(x).float(), m.base_layer(x).float()  # (N, out)
+        with grpo.adapters_in_base_dtype(m):
+            fast = m(x).float()
+    term = (slow - base).abs().max()  # the adapter's share of the output
+    assert term > 0.5  # big enough that a dropped adapter or a wrong scale fails below
+    # The documented tolerance: 2^-6 of the adapter's term, plus one bf16 rounding of the output (2^-8 relative).
+    assert ((fast - slow).abs() <= 2 ** -6 * term + 2 ** -8 * slow.abs()).all()
+
+
+def test_base_dtype_adapter_leaves_the_module_as_it_was():
+    m, x = one_lora_linear(torch.bfloat16)
+    weight = m.base_layer.weight.clone()
+    with torch.no_grad():
+        before = m(x)
+        with grpo.adapters_in_base_dtype(m):
+            m(x)
+        assert torch.equal(m(x), before) and torch.equal(m.base_layer.weight, weight) and m.sampling == {}
+
+
+def test_base_dtype_adapter_never_serves_a_gradient():
+    m, x = one_lora_linear(torch.float32)
+    with grpo.adapters_in_base_dtype(m):
+        m(x).square().sum().backward()  # with grad: the float32 path, so the adapter's parameters get gradients
+    assert m.lora_A["coder"].grad.abs().sum() > 0 and m.lora_B["coder"].grad.abs().sum() > 0
+
+
 # --- trainability and checkpointing -----------------------------------------------------------------------------
 
 def test_only_lora_parameters_trainable(model):

@@ -198,6 +198,22 @@ def test_stop_strings(tiny):
     assert kept.texts[0].startswith(full[:cut] + stop)
 
 
+def test_stop_strings_end_each_row_of_a_group_at_its_own_token(tiny):
+    # Sampled rows ending by EOS, by a stop string or at the cap: each row is the same draw as without stop strings,
+    # cut after the first token whose text completes one (the host-side matching must keep the rows apart).
+    model, tok = tiny
+    kw = dict(group_size=3, max_new_tokens=24, temperature=1.0, seed=5, eos_token_ids=list(range(3, 23)))
+    free = agents.sample(model, tok, ragged_prompts(tok), **kw)
+    stop = ["i", "thon"]
+    s = agents.sample(model, tok, ragged_prompts(tok), stop=stop, **kw)
+    lengths = free.completion_mask.sum(1).tolist()
+    ends = [next((t + 1 for t in range(n) if any(x in tok.decode(row[:t + 1]) for x in stop)), n)
+            for row, n in zip(free.completion_ids, lengths)]
+    assert s.completion_mask.sum(1).tolist() == ends and s.completion_ids.shape[1] == max(ends)
+    assert all(torch.equal(s.completion_ids[i, :e], free.completion_ids[i, :e]) for i, e in enumerate(ends))
+    assert sum(e < n for e, n in zip(ends, lengths)) >= 2 and len(set(ends)) >= 3  # the stops did cut, unevenly
+
+
 def test_stops_early_when_every_row_is_done(tiny):
     model, tok = tiny
     s = agents.sample(model, tok, ragged_prompts(tok), group_size=2, max_new_tokens=50,
