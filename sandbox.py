@@ -32,7 +32,8 @@ Workers: one warm fork server per core.
 What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
 interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
 with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval case needs
-more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child. Without a PID
+more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child: train.py leaves those
+problems out of training (never a reward); evaluate.py keeps them, with this limitation. Without a PID
 namespace the CPU time of helpers the program never waits for is not counted. Without a memory cgroup (cgroup v1
 memory controller writable, as root) the peak is the largest process's max RSS: pages no process maps (memfd,
 tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid pids follow in sequence

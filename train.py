@@ -765,6 +765,13 @@ def show(run, text):
         run.bar.set_postfix_str(text, refresh=True)
 
 
+def judged_in_parent(problems):
+    """The problems whose every test is judged in the parent. HumanEval's 4 helper checks (data.HUMANEVAL_HELPER)
+    decide inside the candidate's process, where an always-equal object can pass them (sandbox.py): they are never
+    a reward. Evaluation keeps them, with that limitation stated."""
+    return [p for p in problems if not any(data.HUMANEVAL_HELPER in str(t) for t in p.hidden_tests)]
+
+
 def set_up(args, pool, rank, world):
     """Seeds, data, the model with its adapters (only the trained one learns), optimizer and scheduler, and the
     resume; returns (Run, first step)."""
@@ -777,6 +784,7 @@ def set_up(args, pool, rank, world):
     torch.manual_seed(args.seed)
     try:
         train_set = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **args.bench_kwargs)
+        train_set = judged_in_parent(train_set)
         eval_set = data.load(args.bench, path=args.data, split=args.eval_split, limit=args.eval_limit,
                              **args.bench_kwargs) \
             if args.eval_every > 0 else []

@@ -333,3 +333,15 @@ def test_the_eval_line_is_labelled_the_same_at_step_0_and_later():
     assert line == " eval planner-coder 0.300 direct 0.400 CG -0.100 plan info +0.050 (+3 -1 p=0.625)"
     later = train.eval_line(dict(m, eval_gained=2, eval_lost=0, eval_mcnemar_p=0.5), "planner-coder")
     assert later.startswith(line) and later.endswith("vs step 0: +2 -0 p=0.5") and "eval_" not in later
+
+
+def test_problems_judged_inside_the_child_are_never_a_training_reward():
+    import data
+    from data import Problem
+
+    def problem(i, test):
+        return Problem(id=f"humaneval/{i}", bench="humaneval", statement="s", kind="assert", public_tests=[],
+                       hidden_tests=["assert f(1) == 1", test], entry_point="f")
+
+    kept = train.judged_in_parent([problem(0, "assert f(2) == 2"), problem(1, f"assert {data.HUMANEVAL_HELPER}(f) is None")])
+    assert [p.id for p in kept] == ["humaneval/0"]
