@@ -1275,19 +1275,19 @@ def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generat
         uniq = list(dict.fromkeys(prompts))
         s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
                    stop=stop, generator=generator)
-        of = dict(zip(uniq, zip(s.texts, s.cut or [False] * len(s.texts))))
-        texts, cut = [[of[p][0]] * n for p in prompts], [[of[p][1]] * n for p in prompts]
+        row_of = {p: i for i, p in enumerate(uniq)}
+        rows = [[row_of[p]] * n for p in prompts]
     else:
         s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
                    stop=stop, generator=generator)
-        # row i*G+g = prompt i, sample g
-        texts, cut = ([x[i * n:(i + 1) * n] for i in range(len(prompts))]
-                      for x in (s.texts, s.cut or [False] * len(s.texts)))
+        rows = [range(i * n, (i + 1) * n) for i in range(len(prompts))]  # row i*G+g = prompt i, sample g
+    cuts = s.cut or [False] * len(s.texts)
+    texts, cut = [[s.texts[j] for j in r] for r in rows], [[cuts[j] for j in r] for r in rows]
     return (texts, cut) if with_cut else texts
 
 
-def _code_attempt(text, problem, plan="", rounds=0):
-    return Attempt(extract_code(text, problem.kind, problem.entry_point), text, plan, rounds=rounds)
+def _code_attempt(text, problem, plan="", rounds=0, plan_cut=False):
+    return Attempt(extract_code(text, problem.kind, problem.entry_point), text, plan, plan_cut=plan_cut, rounds=rounds)
 
 
 def _one_shot(prompt_fn, keep_reasoning):
@@ -1322,8 +1322,7 @@ def _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tok
     with agent("coder"):
         texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan, _ in flat], 1,
                           temperature, max_new_tokens, generator)
-    attempts = iter([Attempt(extract_code(ts[0], p.kind, p.entry_point), ts[0], plan, plan_cut=cut)
-                     for (p, plan, cut), ts in zip(flat, texts)])
+    attempts = iter([_code_attempt(ts[0], p, plan, plan_cut=cut) for (p, plan, cut), ts in zip(flat, texts)])
     return [[next(attempts) for _ in ps] for ps in plans]
 
 

@@ -152,7 +152,8 @@ def paired(a: dict, b: dict) -> dict:
     common = sorted(set(a) & set(b))
     gained = sum(1 for k in common if a[k] and not b[k])
     lost = sum(1 for k in common if b[k] and not a[k])
-    return {"problems": len(common), "gained": gained, "lost": lost, "p": rewards.mcnemar_exact(gained, lost)}
+    return {"problems": len(common), "a_passed": sum(a[k] for k in common), "b_passed": sum(b[k] for k in common),
+            "gained": gained, "lost": lost, "p": rewards.mcnemar_exact(gained, lost)}
 
 
 def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
@@ -205,8 +206,7 @@ def compare(path_a: str, path_b: str) -> str:
         pair = paired(ra, rb)
         if not pair["problems"]:
             continue
-        common = set(ra) & set(rb)
-        pa, pb = (100.0 * sum(r[k] for k in common) / len(common) for r in (ra, rb))
+        pa, pb = (100.0 * pair[k] / pair["problems"] for k in ("a_passed", "b_passed"))
         lines.append((ka if ka == kb else f"{ka} vs {kb}", str(pair["problems"]), f"{pa:.1f}", f"{pb:.1f}",
                       f"{pa - pb:+.1f}", f"+{pair['gained']}", f"-{pair['lost']}", f"{pair['p']:.3g}"))
     if len(lines) == 1:

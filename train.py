@@ -77,8 +77,9 @@ STAGES = {
 
 def reward_planner(results, outputs, G, M, args):
     """Planner stage: a thought is scored by the pass rate and CPU time of the M programs the frozen Coder wrote;
-    with the stage's format gate on, agents.plan_check of the plan the Coder saw (outputs[g]["plan"]) decides: a
-    malformed or content-free thought gets -format_penalty, one cut at the token budget loses --cut-penalty."""
+    with the stage's format gate on, agents.plan_check of the plan the Coder saw (outputs[g]["verdict"], set by
+    rollout_and_score) decides: a malformed or content-free thought gets -format_penalty, one cut at the token budget
+    loses --cut-penalty."""
     pr = [[r.pass_rate for r in results[g * M:(g + 1) * M]] for g in range(G)]
     cpu = [[r.cpu_s for r in results[g * M:(g + 1) * M]] for g in range(G)]
     out = rewards.planner_rewards(pr, cpu)
@@ -86,14 +87,9 @@ def reward_planner(results, outputs, G, M, args):
         # The dense plan-information term (reference_information), before the gate: a gated plan scores -penalty.
         out = [r + args.info_weight * max(-1.0, min(1.0, o["info"])) for r, o in zip(out, outputs)]
     if STAGES[args.stage].get("format_gate") and args.format_gate:
-        out = rewards.format_gated(out, [plan_verdict(o) for o in outputs], penalty=args.format_penalty,
+        out = rewards.format_gated(out, [o["verdict"] for o in outputs], penalty=args.format_penalty,
                                    cut_penalty=args.cut_penalty)
     return out
-
-
-def plan_verdict(ctx):
-    """agents.plan_check of a trained Planner output: its parsed plan, and whether its sample hit the budget."""
-    return agents.plan_check(ctx["plan"], cut=ctx.get("planner_cut", False))
 
 
 def reward_coder(results, outputs, G, M, args):
@@ -471,16 +467,16 @@ def held_out_eval(run, step):
             if method == helper and helper != "direct":
                 out.update(plan_stats([r["plan"] for r in new], [r["plan_cut"] for r in new], prefix="eval_"))
         out[eval_key(method)] = sum(passed) / max(1, len(passed))
+        now = dict(zip((p.id for p in problems), passed))  # {task_id: passed}, for the paired tests
         start = at_start.get(method) if method == helper else None
         if start:
-            # Paired with step 0 on the same problems: b = solved now only, c = solved at step 0 only.
-            now = dict(zip((p.id for p in problems), passed))
+            # Paired with step 0 on the same problems: gained = solved now only, lost = solved at step 0 only.
             pair = evaluate.paired(now, start)
             out.update(eval_gained=pair["gained"], eval_lost=pair["lost"], eval_mcnemar_p=pair["p"])
         if method == helper:
-            helper_passed = dict(zip((p.id for p in problems), passed))
+            helper_passed = now
         if method == control:
-            pair = evaluate.paired(helper_passed, dict(zip((p.id for p in problems), passed)))
+            pair = evaluate.paired(helper_passed, now)
             out.update(eval_plan_info=out[eval_key(helper)] - out[eval_key(control)], eval_info_gained=pair["gained"],
                        eval_info_lost=pair["lost"], eval_info_p=pair["p"])
     if helper != "direct":
@@ -935,6 +931,10 @@ def rollout_and_score(run, batch, generators):
     # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
     # reached the trained role (all of the batch, except in needs_public_failure stages)
     outputs = leaf_ctxs[::M]  # (G per group) the context right after each trained output: what the next role saw
+    planner = stage_def["train"] == "planner" and samples
+    if planner:  # the gate's verdict on the plan exactly as the Coder saw it, and whether its sample hit the budget
+        for o in outputs:
+            o["verdict"] = agents.plan_check(o["plan"], cut=o.get("planner_cut", False))
     if args.info_weight and outputs:
         show(run, "plan information: reference log-likelihoods")
         t0 = time.time()
@@ -947,7 +947,6 @@ def rollout_and_score(run, batch, generators):
         rewards_mine += REWARDS[stage_def["reward"]](results[i * G * M:(i + 1) * G * M], outputs[i * G:(i + 1) * G],
                                                      G, M, args)
     # The plans exactly as the Coder saw them (the gate, the logs and the Coder share one plan text).
-    planner = stage_def["train"] == "planner" and samples
     plans = [o["plan"] for o in outputs] if planner else []
     cut = [o.get("planner_cut", False) for o in outputs] if planner else []
     gated = bool(stage_def.get("format_gate")) and args.format_gate
@@ -957,7 +956,7 @@ def rollout_and_score(run, batch, generators):
                 passed=[r.verdict == "passed" for r in results if r is not None],
                 # what a trained output's reward looks at besides efficiency: its leaves' pass rates and its format
                 keys=[(tuple(r.pass_rate for r in results[j * M:(j + 1) * M]),
-                       plan_verdict(outputs[j]) if plans and gated else True)
+                       outputs[j]["verdict"] if plans and gated else True)
                       for j in range(len(rewards_mine))] if stage_def["reward"] != "toy" else [])
     # The whole step's per-sample data (one list per rank, concatenated in rank order = problem order): the metrics
     # are those of the step, whatever the number of ranks.

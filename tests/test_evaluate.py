@@ -84,7 +84,7 @@ def test_summarize_plan_info_is_own_plan_minus_content_free_plan_with_paired_cou
 
 def test_paired_counts_only_the_problems_both_have():
     assert evaluate.paired({"a": True, "b": False, "c": True}, {"a": False, "b": True, "z": False}) == \
-        {"problems": 2, "gained": 1, "lost": 1, "p": 1.0}
+        {"problems": 2, "a_passed": 1, "b_passed": 1, "gained": 1, "lost": 1, "p": 1.0}
 
 
 def test_other_plan_donors_are_a_derangement_of_the_whole_list_whatever_the_chunk():
@@ -208,15 +208,20 @@ def test_resume_with_other_settings_is_refused(all_run, capsys):
     assert err.startswith("error:") and "--out" in err and "max_new_tokens" in err and "\n" not in err
 
 
-def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
+def planner_adapter_run(tiny_model_dir, mbpp_path, tmp_path):
+    """A fresh planner adapter saved to tmp_path/planner, and the planner-coder argv that evaluates with it."""
     import agents
     import grpo
 
     model, _ = agents.load_model(tiny_model_dir, dtype="float32")
     grpo.add_lora(model, "planner", r=2)
     grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
-    argv = FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
-                   "--adapter", f"planner={tmp_path / 'planner'}", "--out", str(tmp_path / "out")]
+    return model, FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
+                          "--adapter", f"planner={tmp_path / 'planner'}", "--out", str(tmp_path / "out")]
+
+
+def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
+    _, argv = planner_adapter_run(tiny_model_dir, mbpp_path, tmp_path)
     assert evaluate.main(argv) == 0
     with open(tmp_path / "out" / "settings.json") as f:
         assert json.load(f)["planner_adapter"] == str(tmp_path / "planner")
@@ -224,15 +229,10 @@ def test_adapters_are_loaded_per_role(tiny_model_dir, mbpp_path, tmp_path):
 
 def test_an_adapter_overwritten_at_the_same_path_does_not_reuse_old_results(tiny_model_dir, mbpp_path, tmp_path,
                                                                             capsys):
-    import agents
     import grpo
     import torch
 
-    model, _ = agents.load_model(tiny_model_dir, dtype="float32")
-    grpo.add_lora(model, "planner", r=2)
-    grpo.save_adapter(model, "planner", str(tmp_path / "planner"))
-    argv = FAST + ["--method", "planner-coder", "--model", tiny_model_dir, "--data", mbpp_path,
-                   "--adapter", f"planner={tmp_path / 'planner'}", "--out", str(tmp_path / "out")]
+    model, argv = planner_adapter_run(tiny_model_dir, mbpp_path, tmp_path)
     assert evaluate.main(argv) == 0
     with torch.no_grad():  # "train" it: new weights, same path
         for p in grpo.lora_parameters(model, "planner"):

@@ -77,16 +77,21 @@ def test_ppo_epochs_2_moves_the_ratio_and_clipping_binds(learnable_model_dir, to
     assert one[0]["ratio_mean"] == 1.0 and one[0]["clip_frac"] == 0.0
 
 
-def test_lr_schedule_counts_updates_not_skipped_steps(learnable_model_dir, toy_mbpp, tmp_path, monkeypatch):
-    # Step 1's loss is made non-finite: its update is dropped, and the warm-up must not advance for it.
+def poison_loss_call(monkeypatch, k):
+    """Make the k-th call of grpo_loss (1-based) return a non-finite loss; the others are untouched."""
     real, calls = train.grpo.grpo_loss, []
 
-    def poisoned(*a, **k):
-        loss, st = real(*a, **k)
+    def poisoned(*a, **kw):
+        loss, st = real(*a, **kw)
         calls.append(1)
-        return (loss * float("nan"), st) if len(calls) == 1 else (loss, st)
+        return (loss * float("nan"), st) if len(calls) == k else (loss, st)
 
     monkeypatch.setattr(train.grpo, "grpo_loss", poisoned)
+
+
+def test_lr_schedule_counts_updates_not_skipped_steps(learnable_model_dir, toy_mbpp, tmp_path, monkeypatch):
+    # Step 1's loss is made non-finite: its update is dropped, and the warm-up must not advance for it.
+    poison_loss_call(monkeypatch, 1)
     metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=2, extra=("--warmup-steps", "4", "--micro-batch", "32"))
     assert metrics[0].get("skipped") and not metrics[1].get("skipped")
     # lr after the skipped step: still the first warm-up value (1/4); after the first real update: 2/4.
@@ -98,14 +103,7 @@ def test_a_non_finite_second_pass_drops_the_first_pass_update_too(learnable_mode
 
     # --ppo-epochs 2, one micro-batch per pass: the first pass updates, the second pass's loss is non-finite. The
     # step must leave no trace: the adapter is still its initialisation (LoRA B = 0) and no update is counted.
-    real, calls = train.grpo.grpo_loss, []
-
-    def poisoned(*a, **k):
-        loss, st = real(*a, **k)
-        calls.append(1)
-        return (loss * float("nan"), st) if len(calls) == 2 else (loss, st)
-
-    monkeypatch.setattr(train.grpo, "grpo_loss", poisoned)
+    poison_loss_call(monkeypatch, 2)
     metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=1,
                       extra=("--ppo-epochs", "2", "--micro-batch", "32", "--warmup-steps", "4"))
     assert metrics[0].get("skipped") and metrics[0]["lr"] == pytest.approx(1e-2 / 4)
