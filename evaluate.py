@@ -283,10 +283,10 @@ def format_table(summary: dict, n: int) -> str:
 
 def format_pairs(summary: dict) -> str:
     """One line per paired difference in the summary (CG, plan information): points, gained / lost problems, p."""
+    labels = (("cg", "CG"), ("plan_info", "plan information"))
     return "\n".join(f"{label} of {method} (vs {m[key + '_vs']}): {100 * m[key]:+.1f} points, +{m[key + '_gained']} / "
                      f"-{m[key + '_lost']} problems, exact McNemar p = {m[key + '_p']:.3g}"
-                     for method, m in summary.items() for key, label in (("cg", "CG"), ("plan_info", "plan information"))
-                     if key in m)
+                     for method, m in summary.items() for key, label in labels if key in m)
 
 
 def adapter_digest(directory: str) -> str:

@@ -113,5 +113,6 @@ def test_a_non_finite_second_pass_drops_the_first_pass_update_too(learnable_mode
 
 def test_the_lr_schedule_counts_each_ppo_pass_as_an_update(learnable_model_dir, toy_mbpp, tmp_path):
     # Warm-up over 4 updates: one step of 2 passes is 2 updates, so the lr after it is 3/4 of the target.
-    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=1, extra=("--ppo-epochs", "2", "--warmup-steps", "4"))
+    metrics = run_toy(learnable_model_dir, toy_mbpp, tmp_path, steps=1,
+                      extra=("--ppo-epochs", "2", "--warmup-steps", "4"))
     assert metrics[0]["lr"] == pytest.approx(1e-2 * 3 / 4)
