@@ -25,7 +25,9 @@ import itertools
 import json
 import os
 import re
+import socket
 import textwrap
+import urllib.parse
 from dataclasses import dataclass, field
 
 import torch
@@ -51,9 +53,12 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?$")
 # member that runs on a laptop; transformers downloads it, ~1 GB, into its cache on first use).
 DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 
-_WHAT_TO_PASS = ("pass a local Hugging Face model directory (config.json + weights + tokenizer files, e.g. "
-                 "the path printed by ../shared/models/get-model qwen2.5-coder-0.5b-instruct) "
-                 "via --model DIR or CORECODE_MODEL=DIR, or a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct")
+_WHAT_TO_PASS = ("pass --model DIR or CORECODE_MODEL=DIR, a local Hugging Face model directory (config.json, "
+                 "weights and tokenizer files), or a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct")
+
+# How long the reachability probe of the hub waits (our choice: a second or three tells a machine without a network
+# from one with; the hub client itself retries for ~50 s before it gives up).
+HUB_PROBE_TIMEOUT_S = 3.0
 
 
 def cpu_has_bf16():
@@ -85,24 +90,54 @@ def resolve_dtype(dtype, device):
     return DTYPES[dtype]
 
 
+def check_model(name_or_path):
+    """Say at once whether `name_or_path` can be loaded, before a run prints or creates anything. Returns
+    local_files_only for from_pretrained: True for a cached hub id when the hub cannot be reached (or HF_HUB_OFFLINE=1),
+    so the hub client does not spend ~50 s on retries. Raises FileNotFoundError / ValueError with one line saying
+    what to pass: a missing path, a file, a directory without config.json, or a hub id that is neither cached nor
+    reachable (checked in seconds: HUB_PROBE_TIMEOUT_S)."""
+    path = os.path.expanduser(str(name_or_path))
+    if os.path.exists(path) or not _HUB_ID.match(path):  # a local path
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"model not found: {path!r} does not exist; {_WHAT_TO_PASS}")
+        if not os.path.isdir(path):
+            raise ValueError(f"model path {path!r} is a file, not a directory; {_WHAT_TO_PASS}")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise ValueError(f"model directory {path!r} has no config.json; {_WHAT_TO_PASS}")
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():
+        if not cached:
+            raise ValueError(f"model {path!r} is not in the local Hugging Face cache and the hub cannot be reached: "
+                             f"{_WHAT_TO_PASS.split(', or a hub id')[0]}")
+        return True
+    return False
+
+
+def _hub_reachable():
+    """A TCP connection to the hub's host (HF_ENDPOINT, default huggingface.co) within HUB_PROBE_TIMEOUT_S."""
+    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=HUB_PROBE_TIMEOUT_S).close()
+        return True
+    except OSError:
+        return False
+
+
 def load_model(name_or_path, device=None, dtype=None):
     """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device` (None: cuda if
     visible, else cpu; MPS is untested). Errors are one line saying what to pass instead: FileNotFoundError for a
-    missing local path, ValueError for the rest (a file, no config.json, broken weights, a hub id neither cached nor
-    reachable: without a network the hub client retries for ~50 s first, unless HF_HUB_OFFLINE=1)."""
+    missing local path, ValueError for the rest (see check_model; then broken weights or tokenizer files)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = os.path.expanduser(str(name_or_path))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    is_local = os.path.exists(path) or not _HUB_ID.match(path)
-    if is_local and not os.path.exists(path):
-        raise FileNotFoundError(f"model not found: {path!r} does not exist; {_WHAT_TO_PASS}")
-    if is_local and not os.path.isdir(path):
-        raise ValueError(f"model path {path!r} is a file, not a directory; {_WHAT_TO_PASS}")
-    if is_local and not os.path.isfile(os.path.join(path, "config.json")):
-        raise ValueError(f"model directory {path!r} has no config.json; {_WHAT_TO_PASS}")
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1"  # read per call: only the local HF cache, no network retries
+    offline = check_model(path)
+    is_local = os.path.exists(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), local_files_only=offline)
@@ -110,7 +145,7 @@ def load_model(name_or_path, device=None, dtype=None):
     # and safetensors (its own class); turn it into one line and keep the cause chained.
     except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        where = "directory" if is_local else "hub id (offline? not in the local HF cache)"
+        where = "directory" if is_local else "hub id"
         raise ValueError(f"could not load model {where} {path!r}: {first_line}; {_WHAT_TO_PASS}") from e
     # Some tokenizers ship without a pad token. Reusing EOS is safe here because `sample` derives the
     # completion mask from its own "finished" state, never by comparing tokens with the pad id.

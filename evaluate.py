@@ -302,9 +302,11 @@ def adapter_digest(directory: str) -> str:
 
 
 def default_out_dir(args) -> str:
-    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>[-a<hash of the adapters' content>]."""
+    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>-tok<plan budget>-<code budget>[-a<hash of the adapters'
+    content>]: the settings a user changes most, so that changing one starts a new directory rather than an error."""
     model = os.path.basename(os.path.normpath(args.model))
-    name = f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
+    name = (f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
+            f"-tok{args.plan_max_new_tokens}-{args.max_new_tokens}")
     adapters = [f"{role}={adapter_digest(d)}" for role, d in sorted(args.adapters.items()) if d]
     if adapters:
         # Adapter dirs are often named just "planner" / "coder": a short hash of their content keeps trained runs
@@ -536,7 +538,8 @@ def parse_args(argv=None):
     p.add_argument("--timing-repeats", type=int, default=1, metavar="R",
                    help="run each passing program R times; cpu_ms = min, peak_mb = median (default: %(default)s)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T> under the current dir, "
+                   help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T>-tok<plan>-<code> under "
+                        "the current dir, "
                         "plus -a<8 hex digits> when adapters are given: a hash of their content; settings.json "
                         "lists their paths and digests); re-running with the same settings resumes it")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
@@ -572,12 +575,15 @@ def load_problems(args) -> list:
 
 
 def writable_out_dir(out_dir: str) -> None:
-    """The out dir must be writable before a minute goes into loading the model (creating it writes nothing in it)."""
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror}); pass another --out") from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
+    """The out dir must be writable before a minute goes into loading the model. Nothing is created here: a run that
+    never starts (a bad --model, nothing to resume) leaves no directory behind; the run makes it when it first
+    writes (os.makedirs at that point)."""
+    existing = os.path.abspath(out_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--out {out_dir}: {existing} is a file, not a directory; pass another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out_dir}: not writable; pass another --out")
 
 
@@ -645,6 +651,15 @@ def run(args) -> str:
     methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
     args.adapters = parse_adapters(args.adapter)
     out_dir = args.out or default_out_dir(args)
+    # 1. Everything that can be wrong is checked before anything is printed or written: the out dir, the settings of
+    # the results already in it, the model (seconds: agents.check_model), the data.
+    writable_out_dir(out_dir)
+    settings_path = os.path.join(out_dir, "settings.json")
+    check_settings(settings_path, result_settings(args))
+    try:
+        agents.check_model(args.model)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(f"--model: {e}") from None
     problems = load_problems(args)
     if "other-plan" in methods and len(problems) < 2:
         raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
@@ -656,9 +671,6 @@ def run(args) -> str:
     # 2. The rows (one per method, or one per adapter combination of an ablated method: --ablate); results already in
     # the out dir were made with the same settings (resume). The adapters were checked by parse_adapters above.
     rows = result_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
-    writable_out_dir(out_dir)
-    settings_path = os.path.join(out_dir, "settings.json")
-    check_settings(settings_path, result_settings(args))
 
     # 3. What is left to do per row: problems whose line is already in <row>.jsonl are skipped.
     todo = {}
@@ -680,6 +692,7 @@ def run(args) -> str:
             f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
             f"(all arguments: {os.path.join(out_dir, 'args.json')})")
     if rank == 0:
+        os.makedirs(out_dir, exist_ok=True)
         write_settings(settings_path, result_settings(args))
         with open(os.path.join(out_dir, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=2)

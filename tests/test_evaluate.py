@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -245,7 +246,8 @@ def test_an_adapter_overwritten_at_the_same_path_does_not_reuse_old_results(tiny
 
 
 def test_default_out_dir_without_and_with_adapters(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
-    # No --out: runs/eval/<bench>-<split>-<model>-n<N>-t<T>, plus -a<hash of the adapter paths> when adapters are given.
+    # No --out: runs/eval/<bench>-<split>-<model>-n<N>-t<T>-tok<plan>-<code>, plus -a<hash of the adapters> when
+    # adapters are given; another token budget is another directory (not a settings error).
     import agents
     import grpo
 
@@ -256,9 +258,11 @@ def test_default_out_dir_without_and_with_adapters(tiny_model_dir, mbpp_path, tm
     argv = FAST + ["--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path]
     assert evaluate.main(argv) == 0
     assert evaluate.main(argv + ["--adapter", f"coder={tmp_path / 'coder'}"]) == 0
+    assert evaluate.main(argv + ["--max-new-tokens", "5"]) == 0
     made = sorted(os.listdir(tmp_path / "runs" / "eval"))
-    base = f"mbpp-validation-{os.path.basename(tiny_model_dir)}-n1-t0"
-    assert made[0] == base and made[1].startswith(base + "-a") and len(made) == 2
+    base = f"mbpp-validation-{os.path.basename(tiny_model_dir)}-n1-t0-tok16-16"
+    other = f"mbpp-validation-{os.path.basename(tiny_model_dir)}-n1-t0-tok16-5"
+    assert made == sorted([base, other, made[1]]) and made[1].startswith(base + "-a") and len(made) == 3
     assert all(os.path.exists(tmp_path / "runs" / "eval" / d / "summary.json") for d in made)
 
 
@@ -294,8 +298,21 @@ def test_missing_model_is_one_error_line(mbpp_path, tmp_path):
     p = run_cli(FAST + ["--model", str(tmp_path / "nope"), "--data", mbpp_path, "--out", str(tmp_path / "o")])
     assert p.returncode == 2
     assert p.stderr.strip().startswith("error:") and "--model" in p.stderr and len(p.stderr.strip().splitlines()) == 1
-    # Nothing written: a fixed --model must not then be refused as "other settings".
-    assert not os.path.exists(tmp_path / "o" / "settings.json")
+    # Nothing written, not even the directory: a fixed --model must not then be refused as "other settings".
+    assert not os.path.exists(tmp_path / "o")
+    assert p.stdout == ""  # nothing printed (no plan of problems, no estimate) before the error
+
+
+def test_an_unreachable_hub_fails_in_seconds_naming_what_to_pass(mbpp_path, tmp_path):
+    env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    env.pop("HF_HUB_OFFLINE", None)
+    t0 = time.time()
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), *FAST, "--model", "no-org/no-model-xyz",
+                        "--data", mbpp_path, "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120, env=env)
+    assert p.returncode == 2 and time.time() - t0 < 30
+    assert "--model DIR or CORECODE_MODEL=DIR" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "o") and p.stdout == ""
 
 
 def test_missing_data_is_one_error_line(tiny_model_dir, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """agents.load_model: the tiny model loads on CPU in fp32; wrong paths fail fast with one clear line."""
 import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -37,7 +38,19 @@ def test_resolve_dtype_defaults_and_bad_name():
 def test_missing_local_path_is_one_clear_line(tmp_path):
     with pytest.raises(FileNotFoundError) as err:
         agents.load_model(str(tmp_path / "no-such-model"))
-    assert _one_line(err.value) and "get-model" in str(err.value)
+    assert _one_line(err.value) and "--model DIR or CORECODE_MODEL=DIR" in str(err.value)
+
+
+def test_hub_id_without_a_reachable_hub_fails_in_seconds(monkeypatch):
+    # No HF_HUB_OFFLINE, but the hub's host refuses connections (a machine without a network): the uncached id fails
+    # after one connection attempt, not after the hub client's ~50 s of retries.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    t0 = time.time()
+    with pytest.raises(ValueError) as err:
+        agents.load_model("no-such-org/no-such-model-xyz")
+    assert time.time() - t0 < agents.HUB_PROBE_TIMEOUT_S + 5
+    assert _one_line(err.value) and "cannot be reached" in str(err.value) and "CORECODE_MODEL=DIR" in str(err.value)
 
 
 def test_directory_without_config_is_one_clear_line(tmp_path):
@@ -61,7 +74,19 @@ def test_hub_id_offline_fails_fast_without_network_retries(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError) as err:
         agents.load_model("no-such-org/no-such-model-xyz")
-    assert _one_line(err.value) and "get-model" in str(err.value)
+    assert _one_line(err.value) and "--model DIR or CORECODE_MODEL=DIR" in str(err.value)
+
+
+def test_hub_id_without_a_reachable_hub_fails_in_seconds(monkeypatch):
+    # No HF_HUB_OFFLINE, but the hub's host refuses connections (a machine without a network): the uncached id fails
+    # after one connection attempt, not after the hub client's ~50 s of retries.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    t0 = time.time()
+    with pytest.raises(ValueError) as err:
+        agents.load_model("no-such-org/no-such-model-xyz")
+    assert time.time() - t0 < agents.HUB_PROBE_TIMEOUT_S + 5
+    assert _one_line(err.value) and "cannot be reached" in str(err.value) and "CORECODE_MODEL=DIR" in str(err.value)
 
 
 def test_file_instead_of_directory_is_rejected(tiny_model_dir):
