@@ -257,6 +257,26 @@ def fail(msg):
     sys.exit(2)
 
 
+# The smallest plan budget that lets the format gate judge plans by their code: the untrained 0.5B's plans on 48
+# validation problems reach Input/Output and a first step within 32 tokens in 34 of 48 (the gate's "cut" case), at 128
+# tokens 27 end on their own (median length ~110 tokens).
+MIN_PLAN_TOKENS = 32
+
+
+def no_signal_hint(m, args):
+    """One line for a step in which no group had reward variance (no gradient), naming the likely cause."""
+    why = "every group's rewards were equal"
+    if m.get("plan_ok_frac") == 0:
+        why = "every thought failed the format gate"
+        if m.get("plan_cut_frac", 0) >= 0.9:
+            why += (f" and ran into --plan-max-new-tokens {args.plan_max_new_tokens} (raise it: the untrained 0.5B's "
+                    "plans run ~110 tokens)")
+    elif "pass_rate" in m:
+        why += (f" (pass rate {m['pass_rate']:.2f} for every program: problems too hard or too easy at "
+                f"--max-new-tokens {args.max_new_tokens}; more --problems-per-step or --group-size give more chances)")
+    return f"warning: step {m['step']}: no reward variance in any group, so no gradient: {why}"
+
+
 def check_args(args):
     if not args.stage:
         fail("--stage is required (planner, coder, direct, retriever, debugger or toy); see --help")
@@ -267,6 +287,10 @@ def check_args(args):
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.group_size < 2:
         print("warning: --group-size 1 gives every sample zero advantage (nothing to learn from)", file=sys.stderr)
+    if STAGES.get(args.stage, {}).get("format_gate") and args.format_gate and args.plan_max_new_tokens < MIN_PLAN_TOKENS:
+        print(f"warning: --plan-max-new-tokens {args.plan_max_new_tokens}: a plan this short stops before its Steps, "
+              f"fails the format gate (-{args.format_penalty:g}) whatever its code does, so groups get no reward "
+              f"variance and nothing is learned; use >= {MIN_PLAN_TOKENS} (README's runs use 128)", file=sys.stderr)
     if args.downstream_samples > 1 and args.downstream_temperature == 0:
         fail("--downstream-samples > 1 with --downstream-temperature 0 would repeat one greedy output; "
              "set --downstream-temperature > 0")
@@ -300,6 +324,40 @@ def check_args(args):
         if not os.path.isdir(args.adapters["planner"]):
             fail(f"stage coder needs the trained Planner: no adapter at {args.adapters['planner']}; run --stage "
                  "planner first, or pass --adapter planner=DIR (or --adapter planner=none for the base Planner)")
+    # The model last among the cheap checks: a hub id costs a reachability probe of a few seconds (agents.check_model).
+    try:
+        agents.check_model(args.model)
+    except (FileNotFoundError, ValueError) as e:
+        fail(f"--model: {e}")
+
+
+# Rough wall time of a run, printed before it starts. Measured on a 2-core CPU with native bf16 (avx512_bf16), the
+# 0.5B model in bf16 (README "What training does"): Planner steps of 2 problems x G=8 took 72 s and of 4 x 8 133 s
+# with plans <= 128 and programs <= 256 tokens: ~11 s a step plus ~3.8 s per sampled row at 384 tokens of budget
+# (sampling and learning both grow with rows x tokens). Held-out problems: evaluate.CPU_SECONDS_PER_PROBLEM.
+STEP_FIXED_S, ROW_S, ROW_BUDGET = 11.0, 3.8, 384
+# Without native bf16 the CPU runs the 0.5B in fp32: measured 2.5-4x slower where both could be timed.
+FP32_CPU_FACTOR = 3.0
+
+
+def time_estimate(args, n_eval, on_cpu, fp32):
+    """One line: roughly how long this run takes on a 2-core CPU (a GPU: far less, not measured here)."""
+    chain = STAGES[args.stage]["chain"]
+    budget = sum(args.plan_max_new_tokens if agents.ROLES[r]["budget"] == "plan" else args.max_new_tokens
+                 for r in chain)
+    step_s = STEP_FIXED_S + ROW_S * args.problems_per_step * args.group_size * budget / ROW_BUDGET
+    helper = STAGES[args.stage].get("eval_method", "planner-coder")
+    per = evaluate.CPU_SECONDS_PER_PROBLEM  # at evaluate.py's default budgets, 256 + 512 tokens
+    first = per.get(helper, 5.0) + per["direct"] + (per["content-free-plan"] if helper == "planner-coder" else 0)
+    later = per.get(helper, 5.0) + (per["direct"] if STAGES[args.stage]["train"] == "coder" else 0)
+    evals = 0 if args.eval_every <= 0 else 1 + -(-args.num_steps // args.eval_every)
+    eval_s = n_eval * (args.plan_max_new_tokens + args.max_new_tokens) / 768 * (first + later * max(0, evals - 1))
+    factor = FP32_CPU_FACTOR if fp32 else 1.0
+    s = (step_s * args.num_steps + eval_s) * factor
+    where = "a 2-core CPU in fp32 (no native bf16)" if fp32 else "a 2-core CPU with native bf16"
+    text = (f"estimate: ~{s / 60:.0f} min on {where} with the 0.5B model: {args.num_steps} steps of "
+            f"~{step_s * factor:.0f} s + {evals} held-out evaluations of {n_eval} problems")
+    return text + ("" if on_cpu else " (the CPU figure: a GPU takes far less)")
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -739,6 +797,7 @@ class Run:
     device: object
     agent: object = None         # agent(role): the context in which the model acts as that role (evaluate.make_agent)
     bar: object = None           # the progress bar (disabled off a terminal and on ranks other than 0)
+    hinted: bool = False         # a step without reward variance has been explained (once per run)
 
     @property
     def lead(self):
@@ -788,6 +847,9 @@ def set_up(args, pool, rank, world):
         fail(str(e))
     if not train_set:
         fail(f"no training problems in {args.bench} split {args.split!r}")
+    if rank == 0:
+        fp32 = agents.resolve_dtype(None if args.dtype == "auto" else args.dtype, args.device) == torch.float32
+        print(time_estimate(args, len(eval_set), str(args.device).startswith("cpu"), fp32), flush=True)
 
     # One base in memory, one named adapter per role.
     try:
@@ -834,13 +896,17 @@ def set_up(args, pool, rank, world):
     # Inputs are valid and the model is loaded: now the run's arguments are worth recording (all of them in
     # args.json, the ones that matter on one line).
     if run.lead:
+        os.makedirs(args.out, exist_ok=True)  # only now: a run that never started leaves no directory behind
         with open(os.path.join(args.out, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=1)
+    frozen = [f"{r}={d}" for r, d in sorted(args.adapters.items()) if r != role]
     say(run, f"train {args.stage}: model {args.model} | {device} "
              f"{str(next(model.parameters()).dtype).replace('torch.', '')} | {args.num_steps} steps x "
              f"{args.problems_per_step} problems x G={args.group_size} | lr {args.lr:g} beta {args.beta:g} | "
              f"{len(train_set)} {args.bench}/{args.split} problems, eval on {len(eval_set)} {args.eval_split} | "
-             f"out {args.out} (all arguments: args.json)" + (f" | {world} ranks" if world > 1 else ""))
+             f"out {args.out} (all arguments: args.json)" + (f" | {world} ranks" if world > 1 else "")
+             + (f" | frozen adapters: {', '.join(frozen)}" if frozen else "")
+             + (f" | starting from {role}={args.adapters[role]}" if args.adapters.get(role) else ""))
     return run, start
 
 
@@ -1159,6 +1225,9 @@ def log_evaluate_checkpoint(run, m):
         f.write(json.dumps(m) + "\n")
     helper = STAGES[args.stage].get("eval_method", "planner-coder")
     evaluated = " |" + eval_line(m, helper) if eval_key(helper) in m else ""
+    if m.get("zero_var_frac") == 1 and not run.hinted:  # once per run: it is a setting's problem, or luck
+        run.hinted = True
+        say(run, no_signal_hint(m, args))
     if m.get("no_group"):
         say(run, f"step {done}: no problem of the batch failed its public tests: nothing to train on, step skipped"
                  + evaluated)

@@ -21,7 +21,7 @@ TIMING = ("t_sample", "t_execute", "t_reference", "t_learn")
 def small(model, out, stage, mbpp, steps=2, extra=()):
     return ["--stage", stage, "--model", model, "--out", str(out), "--data", mbpp, "--limit", "4",
             "--num-steps", str(steps), "--problems-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
-            "--plan-max-new-tokens", "16", "--eval-every", "2", "--eval-limit", "2", "--save-every", "1",
+            "--plan-max-new-tokens", "32", "--eval-every", "2", "--eval-limit", "2", "--save-every", "1",
             "--lora-r", "4", "--workers", "2", "--dtype", "float32", *extra]
 
 
@@ -243,6 +243,50 @@ def test_resume_without_a_checkpoint_is_refused(tiny_model_dir, mbpp_path, tmp_p
         train.main(small(tiny_model_dir, tmp_path / "empty", "planner", mbpp_path, extra=("--resume",)))
     err = capsys.readouterr().err
     assert e.value.code == 2 and "no checkpoint" in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "empty")  # a run that never started leaves no directory behind
+
+
+@pytest.mark.parametrize("model", ["missing-dir", "no-org/no-model-xyz"])
+def test_a_model_that_cannot_load_fails_in_seconds_before_anything_is_printed_or_made(mbpp_path, tmp_path, model):
+    # A missing local dir, or a hub id while the hub cannot be reached (HF_ENDPOINT: a closed port) and nothing is
+    # cached: one line saying what to pass, no plan or estimate printed first, no run directory left behind.
+    env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    env.pop("HF_HUB_OFFLINE", None)
+    model = str(tmp_path / model) if model == "missing-dir" else model
+    t0 = time.time()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--stage", "planner", "--model", model,
+                        "--data", mbpp_path, "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 2 and time.time() - t0 < 30
+    assert r.stderr.startswith("error: --model") and "--model DIR or CORECODE_MODEL=DIR" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == "" and not os.path.exists(tmp_path / "o")
+
+
+def test_the_estimate_is_printed_before_the_run_and_scales_with_the_work():
+    recipe = train.get_args(["--stage", "planner"])
+    line = train.time_estimate(recipe, n_eval=20, on_cpu=True, fp32=False)
+    minutes = float(line.split("~")[1].split()[0])
+    assert line.startswith("estimate:") and minutes > 120  # the defaults: 200 steps of 4 x 8 at 256 + 512 tokens
+    half = train.get_args(["--stage", "planner", "--num-steps", "100", "--eval-every", "0"])
+    assert float(train.time_estimate(half, 0, True, False).split("~")[1].split()[0]) < minutes / 2
+    assert float(train.time_estimate(recipe, 20, True, True).split("~")[1].split()[0]) > 2 * minutes  # fp32
+
+
+def test_a_plan_budget_that_cannot_reach_the_steps_is_said_at_once_and_so_is_a_step_without_signal(
+        tiny_model_dir, mbpp_path, tmp_path, capsys):
+    train.main(small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path, steps=1,
+                     extra=("--plan-max-new-tokens", "4", "--eval-every", "0")))
+    out = capsys.readouterr()
+    assert "warning: --plan-max-new-tokens 4" in out.err and f">= {train.MIN_PLAN_TOKENS}" in out.err
+    assert "no reward variance in any group, so no gradient: every thought failed the format gate" in out.out
+
+
+def test_the_coder_stage_says_which_planner_adapter_it_loaded(tiny_model_dir, mbpp_path, planner_run, tmp_path,
+                                                              capsys):
+    planner = str(planner_run / "final" / "planner")
+    train.main(small(tiny_model_dir, tmp_path / "c", "coder", mbpp_path, steps=1,
+                     extra=("--adapter", f"planner={planner}", "--eval-every", "0")))
+    assert f"frozen adapters: planner={planner}" in capsys.readouterr().out
 
 
 def test_args_json_is_written_only_after_inputs_are_valid(tiny_model_dir, tmp_path):
