@@ -26,6 +26,7 @@ import json
 import os
 import re
 import socket
+import sys
 import textwrap
 import urllib.parse
 from dataclasses import dataclass, field
@@ -131,6 +132,7 @@ def load_model(name_or_path, device=None, dtype=None):
     """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device` (None: cuda if
     visible, else cpu; MPS is untested). Errors are one line saying what to pass instead: FileNotFoundError for a
     missing local path, ValueError for the rest (see check_model; then broken weights or tokenizer files)."""
+    import transformers
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -138,6 +140,8 @@ def load_model(name_or_path, device=None, dtype=None):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     offline = check_model(path)
     is_local = os.path.exists(path)
+    if not sys.stderr.isatty():  # in a log file transformers' "Loading weights" bar is one 5 KB line of redraws
+        transformers.utils.logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), local_files_only=offline)
