@@ -201,7 +201,7 @@ def resolve_path(bench, path=None):
                 download_mbpp(path)
     if path is None or not os.path.isfile(path):
         where = f" at {path}: put the file there," if path else ":"
-        raise FileNotFoundError(f"{bench} data not found{where} pass path=..., or set {env}=/path/to/file "
+        raise FileNotFoundError(f"{bench} data not found{where} pass --data PATH, or set {env}=PATH "
                                 f"(source: {_SOURCES[bench]})")
     return path
 

@@ -566,7 +566,7 @@ def load_problems(args) -> list:
         options = data.parse_bench_options(args.bench, args.bench_option)
         problems = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
     except FileNotFoundError as e:
-        raise UsageError(f"{e} (pass --data PATH)") from None
+        raise UsageError(str(e)) from None
     except ValueError as e:  # unknown split, malformed record: data.py's message is already one line
         raise UsageError(str(e)) from None
     if not problems:
