@@ -376,10 +376,17 @@ CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-code
                            "content-free-plan": 1.9, "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
 
 
+def duration(seconds: float) -> str:
+    """A rough duration for a human: "40 s", "12 min", "3.5 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def time_estimate(methods: list, problems: int, n: int) -> str:
     """One line: roughly how long the run takes on a 2-core CPU with the 0.5B model (GPUs: far less)."""
     s = sum(CPU_SECONDS_PER_PROBLEM.get(m, 5.0) for m in methods) * problems
-    return (f"estimate: ~{s / 60:.0f} min on a 2-core CPU with the 0.5B model in bf16 at n=1 (more samples, larger "
+    return (f"estimate: ~{duration(s)} on a 2-core CPU with the 0.5B model in bf16 at n=1 (more samples, larger "
             f"models or fp32 take longer, a GPU far less); resumable: rerun the same command to continue")
 
 

@@ -358,7 +358,7 @@ def time_estimate(args, n_eval, on_cpu, fp32):
     factor = FP32_CPU_FACTOR if fp32 else 1.0
     s = (step_s * args.num_steps + eval_s) * factor
     where = "fp32 without native bf16" if fp32 else "bf16"
-    text = (f"estimate: ~{s / 60:.0f} min (the 0.5B model on a 2-core CPU, {where}): {args.num_steps} steps of "
+    text = (f"estimate: ~{evaluate.duration(s)} (the 0.5B model on a 2-core CPU, {where}): {args.num_steps} steps of "
             f"~{step_s * factor:.0f} s + {evals} held-out evaluations of {n_eval} problems")
     return text + ("" if on_cpu else " (the CPU figure: a GPU takes far less)")
 

@@ -262,14 +262,22 @@ def test_a_model_that_cannot_load_fails_in_seconds_before_anything_is_printed_or
     assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == "" and not os.path.exists(tmp_path / "o")
 
 
+def estimated_seconds(line):
+    value, unit = line.split("~")[1].split()[:2]
+    return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
 def test_the_estimate_is_printed_before_the_run_and_scales_with_the_work():
     recipe = train.get_args(["--stage", "planner"])
     line = train.time_estimate(recipe, n_eval=20, on_cpu=True, fp32=False)
-    minutes = float(line.split("~")[1].split()[0])
-    assert line.startswith("estimate:") and minutes > 120  # the defaults: 200 steps of 4 x 8 at 256 + 512 tokens
+    assert line.startswith("estimate:") and estimated_seconds(line) > 2 * 3600  # 200 steps of 4 x 8, 256 + 512 tokens
     half = train.get_args(["--stage", "planner", "--num-steps", "100", "--eval-every", "0"])
-    assert float(train.time_estimate(half, 0, True, False).split("~")[1].split()[0]) < minutes / 2
-    assert float(train.time_estimate(recipe, 20, True, True).split("~")[1].split()[0]) > 2 * minutes  # fp32
+    assert estimated_seconds(train.time_estimate(half, 0, True, False)) < estimated_seconds(line) / 2
+    assert estimated_seconds(train.time_estimate(recipe, 20, True, True)) > 2 * estimated_seconds(line)  # fp32
+    tiny = train.get_args(["--stage", "toy", "--num-steps", "1", "--problems-per-step", "1", "--group-size", "2",
+                           "--max-new-tokens", "8", "--eval-every", "0"])
+    small_run = train.time_estimate(tiny, 0, True, False)
+    assert estimated_seconds(small_run) < 120 and " s (" in small_run  # said in seconds, not "~0 min"
 
 
 def test_a_plan_budget_that_cannot_reach_the_steps_is_said_at_once_and_so_is_a_step_without_signal(
