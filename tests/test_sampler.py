@@ -222,6 +222,66 @@ def test_stops_early_when_every_row_is_done(tiny):
     assert s.texts == [""] * 6
 
 
+# ------------------------------------------------------------------------------- dropping finished rows
+
+def decode_batch_sizes(monkeypatch):
+    """Spy on the rows fed to the model at each decode step (a list that fills as `sample` runs)."""
+    sizes, real = [], agents.decode_one_token
+    monkeypatch.setattr(agents, "decode_one_token", lambda model, fwd, token, *a: sizes.append(len(token)) or
+                        real(model, fwd, token, *a))
+    return sizes
+
+
+def same_samples(a, b):
+    return (torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.completion_mask, b.completion_mask)
+            and a.texts == b.texts and a.cut == b.cut)
+
+
+@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded", "2D mask", "every 8 steps"])
+def test_dropping_finished_rows_samples_the_same_tokens(tiny, monkeypatch, case):
+    # Rows leave the decode batch as they end (EOS is 10% of the vocabulary), yet each row keeps its own draws.
+    model, tok = tiny
+    prompts = ragged_prompts(tok)[1:2] if case == "unpadded" else ragged_prompts(tok)  # one prompt: no mask at all
+    G = 6 if case == "unpadded" else 3
+    if case == "2D mask":  # the plain (B, P+N) mask instead of the prepared 4D one
+        monkeypatch.setattr(agents.grpo, "prepared_mask_ok", lambda model: False)
+    if case == "every 8 steps":  # a GPU's cadence: rows are dropped only where "finished" is read
+        monkeypatch.setattr(agents, "_finished_check_every", lambda device: 8)
+    gens = lambda: ([torch.Generator().manual_seed(i) for i in range(len(prompts))]  # noqa: E731
+                    if case == "a generator per prompt" else torch.Generator().manual_seed(7))
+    kw = dict(group_size=G, max_new_tokens=40, temperature=1.0, eos_token_ids=list(range(3, 43)))
+    sizes = decode_batch_sizes(monkeypatch)
+    kept = agents.sample(model, tok, prompts, generator=gens(), drop_finished=False, **kw)
+    assert set(sizes) == {len(prompts) * G}
+    sizes.clear()
+    dropped = agents.sample(model, tok, prompts, generator=gens(), **kw)
+    assert same_samples(dropped, kept)
+    assert min(sizes) < len(prompts) * G and len(set(sizes)) >= 3  # rows really left the batch, more than once
+
+
+def test_greedy_with_dropped_rows_equals_hf_generate(tiny, monkeypatch):
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    eos = int(greedy_ids(model, tok, prompts, 6)[1, 3])  # row 1 emits it at step 3 (maybe earlier)
+    sizes = decode_batch_sizes(monkeypatch)
+    ours = agents.sample(model, tok, prompts, max_new_tokens=16, temperature=0, eos_token_ids=[eos])
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    ref = model.generate(**enc, do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
+    assert sizes[0] == 3 and min(sizes) < 3  # the early row was dropped
+
+
+def test_dropping_finished_rows_keeps_stop_strings_exact(tiny, monkeypatch):
+    model, tok = tiny
+    kw = dict(group_size=3, max_new_tokens=24, temperature=1.0, seed=5, eos_token_ids=list(range(3, 23)),
+              stop=["i", "thon"])
+    kept = agents.sample(model, tok, ragged_prompts(tok), drop_finished=False, **kw)
+    sizes = decode_batch_sizes(monkeypatch)
+    dropped = agents.sample(model, tok, ragged_prompts(tok), **kw)
+    assert same_samples(dropped, kept)
+    assert min(sizes) < 9 and len(set(sizes)) >= 3
+
+
 # -------------------------------------------------------------------------------------- token selection
 
 def test_top_k_1_equals_greedy(tiny):
