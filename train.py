@@ -231,8 +231,9 @@ def optimisation_flags(p):
     p.add_argument("--micro-batch", type=int, default=8, help="completions per forward/backward")
     p.add_argument("--logprob-chunk", type=int, default=256,
                    help="completion tokens per output-layer chunk (memory: one chunk x vocab float32 buffer)")
-    p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
-                   help="gradient checkpointing of the decoder layers")
+    p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
+                   help="gradient checkpointing of the decoder layers (default: on for CUDA, off on a CPU; see "
+                        "grad_ckpt_on)")
     # LoRA
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
     p.add_argument("--lora-alpha", type=float, default=32, help="LoRA alpha (scaling = alpha / r)")
@@ -823,6 +824,13 @@ def show(run, text):
         run.bar.set_postfix_str(text, refresh=True)
 
 
+def grad_ckpt_on(flag, device):
+    """--grad-ckpt, or by device when not given. our choice: on for CUDA, where memory bounds the batch; off on a CPU,
+    where a learning micro-batch of the recipe (8 rows x ~430 tokens, the 0.5B in fp32) ran in 0.82x the time without
+    it and peaked 2.6 GB higher (6.9 -> 9.5 GB resident), which a machine that holds the model in RAM can spare."""
+    return (device.type == "cuda") if flag is None else bool(flag)
+
+
 def judged_in_parent(problems):
     """The problems whose every test is judged in the parent. HumanEval's 4 helper checks (data.HUMANEVAL_HELPER)
     decide inside the candidate's process, where an always-equal object can pass them (sandbox.py): they are never
@@ -877,7 +885,7 @@ def set_up(args, pool, rank, world):
     params = grpo.lora_parameters(model, role)
     for p in params:
         p.requires_grad_(True)
-    if args.grad_ckpt:
+    if grad_ckpt_on(args.grad_ckpt, device):
         grpo.enable_checkpointing(model, True)
 
     # AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs).

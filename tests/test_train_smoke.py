@@ -397,3 +397,12 @@ def test_problems_judged_inside_the_child_are_never_a_training_reward():
 
     kept = train.judged_in_parent([problem(0, "assert f(2) == 2"), problem(1, f"assert {data.HUMANEVAL_HELPER}(f) is None")])
     assert [p.id for p in kept] == ["humaneval/0"]
+
+
+def test_gradient_checkpointing_defaults_by_device_and_follows_the_flag():
+    import torch
+
+    assert train.get_args(["--stage", "planner"]).grad_ckpt is None
+    assert train.grad_ckpt_on(None, torch.device("cuda", 0)) and not train.grad_ckpt_on(None, torch.device("cpu"))
+    assert train.grad_ckpt_on(True, torch.device("cpu")) and not train.grad_ckpt_on(False, torch.device("cuda", 0))
+    assert train.get_args(["--stage", "planner", "--no-grad-ckpt"]).grad_ckpt is False
