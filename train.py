@@ -326,11 +326,6 @@ def check_args(args):
         if not os.path.isdir(args.adapters["planner"]):
             fail(f"stage coder needs the trained Planner: no adapter at {args.adapters['planner']}; run --stage "
                  "planner first, or pass --adapter planner=DIR (or --adapter planner=none for the base Planner)")
-    # The model last among the cheap checks: a hub id costs a reachability probe of a few seconds (agents.check_model).
-    try:
-        agents.check_model(args.model)
-    except (FileNotFoundError, ValueError) as e:
-        fail(f"--model: {e}")
 
 
 # Rough wall time of a run, printed before it starts. Measured on a 2-core CPU with native bf16 (avx512_bf16), the
@@ -721,6 +716,11 @@ def main(argv=None):
             # A LoRA gradient through fp16 activations underflows without a loss scaler, and this script has none.
             fail(f"--dtype {args.dtype} gives float16 on {args.device}: training in fp16 needs loss scaling, which "
                  "train.py does not do; use --dtype bfloat16 or float32 (evaluate.py may use fp16)")
+        # The model last among the cheap checks: a hub id costs a reachability probe of a few seconds.
+        try:
+            agents.check_model(args.model)
+        except (FileNotFoundError, ValueError) as e:
+            fail(f"--model: {e}")
         with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
     except OSError as e:  # disk full, --out made read-only during the run, ... (before Exception, which re-raises)
