@@ -32,6 +32,7 @@ import os
 import sys
 import time
 
+import torch
 from tqdm import tqdm
 
 import agents
@@ -383,11 +384,20 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def time_estimate(methods: list, problems: int, n: int) -> str:
-    """One line: roughly how long the run takes on a 2-core CPU with the 0.5B model (GPUs: far less)."""
-    s = sum(CPU_SECONDS_PER_PROBLEM.get(m, 5.0) for m in methods) * problems
-    return (f"estimate: ~{duration(s)} on a 2-core CPU with the 0.5B model in bf16 at n=1 (more samples, larger "
-            f"models or fp32 take longer, a GPU far less); resumable: rerun the same command to continue")
+# A CPU without native bf16 runs the 0.5B in fp32: 2.5-4x slower on the avx512_bf16 CPU where both were timed, and a
+# 2-core AMD VM without it ran ~6x the bf16 figures above. our choice 5: a rough middle.
+FP32_CPU_FACTOR = 5.0
+
+
+def time_estimate(methods: list, problems: int, n: int, budgets=(256, 512), fp32=False) -> str:
+    """One line: roughly how long the run takes on a 2-core CPU with the 0.5B model (GPUs: far less). budgets: the
+    plan and code token budgets; outputs mostly end before them, so time grows with their square root (halving both
+    cut a run by ~30%)."""
+    s = sum(CPU_SECONDS_PER_PROBLEM.get(m, 5.0) for m in methods) * problems * (sum(budgets) / 768) ** 0.5
+    s *= FP32_CPU_FACTOR if fp32 else 1.0
+    return (f"estimate: ~{duration(s)} on a 2-core CPU with the 0.5B model in {'fp32' if fp32 else 'bf16'} at n=1 "
+            "(more samples or larger models take longer, a GPU far less); resumable: rerun the same command to "
+            "continue")
 
 
 def parse_adapters(pairs) -> dict:
@@ -673,7 +683,8 @@ def run(args) -> str:
     rank, world = grpo.rank_and_world()
     say = print if rank == 0 else (lambda *a, **k: None)  # under torchrun rank 0 speaks for all
     say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
-    say(time_estimate(methods, len(problems), args.n))
+    fp32 = str(args.device).startswith("cpu") and agents.resolve_dtype(args.dtype, "cpu") == torch.float32
+    say(time_estimate(methods, len(problems), args.n, (args.plan_max_new_tokens, args.max_new_tokens), fp32))
 
     # 2. The rows (one per method, or one per adapter combination of an ablated method: --ablate); results already in
     # the out dir were made with the same settings (resume). The adapters were checked by parse_adapters above.

@@ -333,8 +333,6 @@ def check_args(args):
 # with plans <= 128 and programs <= 256 tokens: ~11 s a step plus ~3.8 s per sampled row at 384 tokens of budget
 # (sampling and learning both grow with rows x tokens). Held-out problems: evaluate.CPU_SECONDS_PER_PROBLEM.
 STEP_FIXED_S, ROW_S, ROW_BUDGET = 11.0, 3.8, 384
-# Without native bf16 the CPU runs the 0.5B in fp32: measured 2.5-4x slower where both could be timed.
-FP32_CPU_FACTOR = 3.0
 
 
 def time_estimate(args, n_eval, on_cpu, fp32):
@@ -351,7 +349,7 @@ def time_estimate(args, n_eval, on_cpu, fp32):
     # Held-out outputs mostly end before the budget: halving both budgets cut an evaluation by ~30%, not 50%.
     scale = ((args.plan_max_new_tokens + args.max_new_tokens) / 768) ** 0.5
     eval_s = n_eval * scale * (first + later * max(0, evals - 1))
-    factor = FP32_CPU_FACTOR if fp32 else 1.0
+    factor = evaluate.FP32_CPU_FACTOR if fp32 else 1.0
     s = (step_s * args.num_steps + eval_s) * factor
     where = "fp32 without native bf16" if fp32 else "bf16"
     text = (f"estimate: ~{evaluate.duration(s)} (the 0.5B model on a 2-core CPU, {where}): {args.num_steps} steps of "
