@@ -14,6 +14,14 @@ any model. On CPU the peak is the child's resident-set high-water mark measured 
 (VmHWM reset through /proc/self/clear_refs, so loading the bf16 checkpoint into fp32 does not mask the step);
 the child's whole-life ru_maxrss (from os.wait4) is printed next to it. On CUDA: torch.cuda.max_memory_allocated.
 The ratio in the RESULT line is step peak with / without checkpointing, resident weights included.
+Part 3, dropping finished rows (agents.sample's drop_finished, on the 0.5B only): the two sampling calls of one
+Planner-stage rollout at the recipe's shapes, as train.py's `rollout` makes them: --drop-problems MBPP train problems
+x G planner prompts at temperature 1 with the Planner's stop strings and a generator per problem (plans <= 128
+tokens), then the Coder on those plans (one row per plan, greedy as --downstream-temperature 0, <= 256 tokens).
+Each call runs without and with dropping, alternating, best of --drop-rounds, same seeds; the tokens, masks and
+texts must be identical. Printed per call: wall and CPU time of both sides, their ratio (old / new: > 1 = faster),
+the prefill's share of the old side's time, and the share of row-steps in which the row had already finished
+(the work dropping can save). Not a measure of the rollout's other phases (parsing, running programs).
 
 What it is not. Not a throughput study across batch sizes, not a measure of prefix caching or serving engines.
 Where our speed comes from: the shared prefill (HF prefills every one of the G copies of a prompt), and less
@@ -22,8 +30,10 @@ Python per step; the model forward itself is the same HF code in both, so at bat
 
 Run:   .venv/bin/python tests/bench/bench_sampler.py            (tiny + the 0.5B if present; CPU or CUDA;
        the speed part uses 1 CPU thread by default, see --threads)
+       .venv/bin/python tests/bench/bench_sampler.py --parts drop      (Part 3 alone: ~10-40 min on 2 shared cores)
 Ends with: RESULT sampler_vs_hf_tiny=<ours/HF tokens/s> sampler_vs_hf_0p5b=<...> greedy_identical=<true|false>
-           ckpt_mem_ratio=<step peak with checkpointing / without>
+           ckpt_mem_ratio=<step peak with checkpointing / without> drop_finished_speedup_plan=<old/new wall>
+           drop_finished_speedup_code=<...> drop_finished_identical=<true|false>   ("na": part not run)
 """
 import argparse
 import json
@@ -68,6 +78,14 @@ parser.add_argument("--mem-model", default="auto", help="auto (the 0.5B when pre
                     "or a model dir, or 'skip'")
 parser.add_argument("--mem-batch", type=int, default=2)
 parser.add_argument("--mem-seq", type=int, default=256, help="tokens per row (prompt 64 + completion)")
+# dropping finished rows: a Planner-stage rollout's sampling on the 0.5B
+parser.add_argument("--drop-problems", type=int, default=4, help="MBPP train problems (recipe: 4 per step)")
+parser.add_argument("--drop-group", type=int, default=8, help="G plans per problem")
+parser.add_argument("--drop-plan-new", type=int, default=128, help="plan budget (the recipe's)")
+parser.add_argument("--drop-code-new", type=int, default=256, help="program budget (the recipe's)")
+parser.add_argument("--drop-rounds", type=int, default=2)
+parser.add_argument("--drop-threads", type=int, default=2, help="torch CPU threads for part 3 (the trainer's)")
+parser.add_argument("--parts", default="speed,mem,drop", help="comma-separated parts to run: speed, mem, drop")
 parser.add_argument("--mem-child", default=None, help=argparse.SUPPRESS)  # internal: "0" / "1" = checkpointing
 parser.add_argument("--mem-path", default=None, help=argparse.SUPPRESS)
 args = parser.parse_args()
@@ -278,6 +296,84 @@ def speed(path, is_tiny, device):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Part 3: dropping finished rows
+
+def old_vs_new(label, call, device, rounds):
+    """Alternate call(drop_finished=False) / call(True) `rounds` times; print both sides; return (old/new wall-time
+    ratio, whether every run gave the same tokens, masks and texts, one run's Samples)."""
+    import torch
+
+    import agents
+
+    best = {False: float("inf"), True: float("inf")}
+    cpu = {False: float("inf"), True: float("inf")}
+    prefill = {False: float("inf"), True: float("inf")}
+    real_prefill, clock = agents.prefill, []
+
+    def timed_prefill(*a):  # the prefill's own time, to tell it apart from decoding
+        sync(device)
+        t0 = time.perf_counter()
+        out = real_prefill(*a)
+        sync(device)
+        clock.append(time.perf_counter() - t0)
+        return out
+
+    agents.prefill, outs = timed_prefill, []
+    try:
+        for _ in range(rounds):
+            for drop in (False, True):
+                clock.clear()
+                sec, cpu_sec, s = timed(lambda: call(drop), device)
+                if sec < best[drop]:
+                    best[drop], prefill[drop] = sec, sum(clock)
+                cpu[drop] = min(cpu[drop], cpu_sec)
+                outs.append(s)
+    finally:
+        agents.prefill = real_prefill
+    same = all(torch.equal(o.completion_ids, outs[0].completion_ids) and
+               torch.equal(o.completion_mask, outs[0].completion_mask) and o.texts == outs[0].texts for o in outs)
+    m = outs[0].completion_mask.float()  # (B, T)
+    ratio, cpu_ratio = best[False] / best[True], cpu[False] / cpu[True]
+    print(f"{label}: B={m.shape[0]} T={m.shape[1]} completion tokens mean {m.sum(1).mean():.0f}; row-steps finished "
+          f"{1 - m.mean():.2f}; old {best[False]:6.1f} s (prefill {prefill[False] / best[False]:.0%}, CPU "
+          f"{cpu[False]:6.1f} s)  new {best[True]:6.1f} s (CPU {cpu[True]:6.1f} s)  old/new {ratio:.2f} (CPU-time "
+          f"{cpu_ratio:.2f}); identical: {same}", flush=True)
+    return ratio, same, outs[0]
+
+
+def drop_finished(path, device):
+    import torch
+
+    import agents
+    import data
+
+    if args.drop_threads:
+        torch.set_num_threads(args.drop_threads)
+    problems = data.load("mbpp", split="train")[: args.drop_problems]
+    model, tok = agents.load_model(path, device=device)
+    n, G = len(problems), args.drop_group
+    print(f"drop finished rows: {n} MBPP train problems x G={G}, dtype {next(model.parameters()).dtype}, "
+          f"threads {torch.get_num_threads()}", flush=True)
+
+    def gens(k):  # train.py: one generator per problem; a problem's rows share it
+        return [torch.Generator(device=device).manual_seed(i) for i in range(k)]
+
+    planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
+    plan_prompts = [agents.planner_prompt(tok, p) for p in problems]
+    plan_ratio, plan_same, plans = old_vs_new("planner", lambda drop: agents.sample(
+        model, tok, plan_prompts, group_size=G, max_new_tokens=args.drop_plan_new, temperature=1.0,
+        stop=planner["stop"], generator=gens(n), drop_finished=drop), device, args.drop_rounds)
+    rows = [p for p in problems for _ in range(G)]  # row i*G+g: plan g of problem i
+    code_prompts = [coder["prompt"](tok, p, planner["parse"](text, p)) for p, text in zip(rows, plans.texts)]
+    # Greedy, so the generators draw nothing; given anyway, as rollout does.
+    code_ratio, code_same, _ = old_vs_new("coder", lambda drop: agents.sample(
+        model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
+        generator=gens(n * G), drop_finished=drop), device, args.drop_rounds)
+    del model
+    return plan_ratio, code_ratio, plan_same and code_same
+
+
+# ----------------------------------------------------------------------------------------------------------------
 
 def main():
     import torch
@@ -301,9 +397,10 @@ def run(tmp, device):
 
     # Part 2 first: the memory children must start while this process is still small (ru_maxrss of a child
     # started by exec inherits the parent's high-water mark).
+    parts = set(args.parts.split(","))
     ckpt_ratio = "na"
-    mem_path = {"auto": real, "skip": None}.get(args.mem_model, args.mem_model)
-    if args.mem_model == "auto" and mem_path is None:
+    mem_path = {"auto": real, "skip": None}.get(args.mem_model, args.mem_model) if "mem" in parts else None
+    if args.mem_model == "auto" and mem_path is None and "mem" in parts:
         mem_path = build_tiny_model(os.path.join(tmp, "mid"), num_layers=8, hidden=256)  # activations visible
     try:
         import grpo  # noqa: F401  (add_lora / enable_checkpointing / token_logprobs, written in parallel)
@@ -323,16 +420,25 @@ def run(tmp, device):
         print(f"checkpointing: step peak x{ckpt_ratio}, memory the step adds x{extra[0] / max(extra[1], 1):.3f}")
 
     # Part 1
-    tiny_dir = build_tiny_model(os.path.join(tmp, "tiny"))
-    tiny_ratio, tiny_greedy, tiny_same = speed(tiny_dir, True, device)
-    real_ratio, identical = "na", tiny_same
-    if real:
-        r, _, same = speed(real, False, device)
-        real_ratio, identical = f"{r:.3f}", tiny_same and same
-    else:
+    tiny_ratio = real_ratio = identical = "na"
+    if "speed" in parts:
+        tiny_dir = build_tiny_model(os.path.join(tmp, "tiny"))
+        r, _, tiny_same = speed(tiny_dir, True, device)
+        tiny_ratio, identical = f"{r:.3f}", str(tiny_same).lower()
+        if real:
+            r, _, same = speed(real, False, device)
+            real_ratio, identical = f"{r:.3f}", str(tiny_same and same).lower()
+    if not real:
         print(f"0.5B model skipped: {REAL_WHERE if args.real_model is None else f'{args.real_model} not found'}")
-    print(f"RESULT sampler_vs_hf_tiny={tiny_ratio:.3f} sampler_vs_hf_0p5b={real_ratio} "
-          f"greedy_identical={str(identical).lower()} ckpt_mem_ratio={ckpt_ratio}")
+
+    # Part 3
+    drop = ["na"] * 3
+    if "drop" in parts and real:
+        plan_ratio, code_ratio, same = drop_finished(real, device)
+        drop = [f"{plan_ratio:.3f}", f"{code_ratio:.3f}", str(same).lower()]
+    print(f"RESULT sampler_vs_hf_tiny={tiny_ratio} sampler_vs_hf_0p5b={real_ratio} greedy_identical={identical} "
+          f"ckpt_mem_ratio={ckpt_ratio} drop_finished_speedup_plan={drop[0]} drop_finished_speedup_code={drop[1]} "
+          f"drop_finished_identical={drop[2]}")
 
 
 if __name__ == "__main__":
