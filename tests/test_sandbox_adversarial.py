@@ -569,7 +569,9 @@ def test_a_hostile_program_costs_the_parent_a_bounded_amount():
     costs = json.loads(proc.stdout.splitlines()[-1])
     for name, (verdict, cpu_s, grew_mb) in costs.items():
         assert verdict != "passed", name
-        assert cpu_s <= 2.0 and grew_mb <= 128, (name, cpu_s, grew_mb)     # measured: <= 0.9 s, <= 59 MB
+        # The goal is 0.5 s and 64 MB per program; measured <= 0.27 s and <= 33 MB on a loaded 2-core VM. The
+        # CPU bound has slack for a slower CI machine (it once ran this 1.6x slower than the VM measured here).
+        assert cpu_s <= 0.75 and grew_mb <= 64, (name, cpu_s, grew_mb)
 
 
 # Programs that look in their own memory for what an earlier job (an honest sibling of their GRPO group,
