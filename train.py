@@ -945,6 +945,7 @@ def train(args, pool, rank=0, world=1):
             json.dump(vars(args), f, indent=1)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+        print(informative_summary(args.out))
         print(f"done: adapter in {os.path.join(final, run.role)}, metrics in {os.path.join(args.out, 'metrics.jsonl')}")
 
 
@@ -964,7 +965,7 @@ def grpo_step(run, step, m):
         # the step (logged, no update) rather than draw more problems, so that the problems of a step stay a
         # pure function of (step, seed) and a resumed run repeats exactly what the uninterrupted one did.
         # The LR schedule is not advanced either: it counts updates.
-        m["no_group"] = True
+        m["no_group"], m["informative_groups"] = True, 0
         m["lr"] = run.optimizer.param_groups[0]["lr"]
         m.update(summed(grpo.gather(times)))
         return
@@ -978,9 +979,22 @@ def grpo_step(run, step, m):
     # ---- 4 advantages of the step's groups (a group never spans ranks); this rank keeps its own rows
     adv, adv_stats = grpo.group_advantages(step_all["rewards"], G, std_floor=args.adv_std_floor)  # (B,)
     m.update(adv_stats)
+    m["informative_groups"] = round((1 - adv_stats["zero_var_frac"]) * (B // G))  # groups with a reward gradient
     adv = adv[offset:offset + len(rewards_mine)].to(run.device)  # (b,) this rank's rows
     learn(run, samples, adv, B, m, times)
     m.update(summed(grpo.gather(times)))  # each phase's time summed over ranks
+
+
+def informative_summary(run_dir):
+    """One line over a run's metrics.jsonl (resumed parts included): informative groups / all groups, and per hour
+    of step time, the learning-per-hour figure (a group whose rewards all tie gives no policy gradient)."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    rows = [m for m in rows if "t_step" in m]
+    groups, informative = sum(m["groups"] for m in rows), sum(m["informative_groups"] for m in rows)
+    hours = sum(m["t_step"] for m in rows) / 3600
+    return (f"informative groups: {informative} of {groups} over {len(rows)} steps, "
+            f"{informative / max(hours, 1e-9):.1f} per hour of step time")
 
 
 def rollout_and_score(run, batch, generators):
@@ -1228,6 +1242,9 @@ def log_evaluate_checkpoint(run, m):
     if args.eval_every > 0 and run.eval_set and (done % args.eval_every == 0 or last):
         show(run, f"held-out eval on {len(run.eval_set)} problems")
         m.update(held_out_eval(run, done))
+    # What a step buys per hour of its own time (held-out eval excluded; seconds summed over ranks).
+    m["t_step"] = sum(m.get(k, 0.0) for k in ("t_sample", "t_execute", "t_info", "t_reference", "t_learn"))
+    m["informative_per_hour"] = 3600 * m["informative_groups"] / max(m["t_step"], 1e-9)
     if not run.lead:
         return
     with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:

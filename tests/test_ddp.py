@@ -18,7 +18,7 @@ import data
 
 pytestmark = pytest.mark.ddp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMING = ("t_sample", "t_execute", "t_reference", "t_learn", "t_eval")
+TIMING = ("t_sample", "t_execute", "t_reference", "t_learn", "t_eval", "t_step", "informative_per_hour")
 
 
 def torchrun(script, args):

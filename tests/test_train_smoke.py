@@ -15,7 +15,7 @@ import evaluate
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMING = ("t_sample", "t_execute", "t_reference", "t_learn")
+TIMING = ("t_sample", "t_execute", "t_reference", "t_learn", "t_step", "informative_per_hour")
 
 
 def small(model, out, stage, mbpp, steps=2, extra=()):
@@ -56,6 +56,18 @@ def test_planner_stage_writes_adapter_metrics_args(planner_run):
         assert key in m[0], key
     # held-out evaluation before training and at the end: CG is tracked
     assert "eval_cg_start" in m[0] and "eval_cg" in m[1]
+
+
+def test_each_step_logs_its_informative_groups_and_the_run_their_rate_per_hour(planner_run):
+    ms = read_metrics(planner_run)
+    for m in ms:
+        assert m["informative_groups"] == round((1 - m["zero_var_frac"]) * m["groups"])
+        assert m["t_step"] == pytest.approx(sum(m[k] for k in ("t_sample", "t_execute", "t_reference", "t_learn")))
+        assert m["informative_per_hour"] == pytest.approx(3600 * m["informative_groups"] / m["t_step"])
+    hours = sum(m["t_step"] for m in ms) / 3600
+    line = train.informative_summary(planner_run)
+    assert line == (f"informative groups: {sum(m['informative_groups'] for m in ms)} of {sum(m['groups'] for m in ms)}"
+                    f" over {len(ms)} steps, {sum(m['informative_groups'] for m in ms) / hours:.1f} per hour of step time")
 
 
 def test_checkpoints_keep_last_k(planner_run):
