@@ -9,7 +9,8 @@ What it measures:
    all programs; a second pass without programs that are slow in themselves is printed for contrast.
 2. Stability of the CPU time we report: one fixed ~50 ms program run 30 times while a busy process
    occupies another core; coefficient of variation of cpu_s (wall time's CV printed for contrast), and of the
-   least of 3 runs, which is what train.py's Planner reward uses (--measure-repeats 3).
+   least of 3 runs, which is what train.py's Planner reward uses (--measure-repeats 3). The control: the same
+   function timed in this process between the sandbox's runs (cpu_time_cv_control): what the machine gives it.
 3. Adversarial false passes: the attacks of tests/test_sandbox_adversarial.py (the ADVERSARIAL table,
    the expected-value-in-setup cheats and the residue cheats, each run after an honest sibling on every
    worker), counting those reported "passed" (programs that are legitimately correct are not counted).
@@ -20,7 +21,8 @@ What it is not: a test (nothing asserts). Targets (issue 12): speedup_without_sl
 sandbox_speedup / speedup_bound >= 0.85, cpu_time_cv <= 0.05 on a quiet machine, false passes 0.
 
 Run: .venv/bin/python tests/bench/bench_sandbox.py [--n 974] [--workers N]
-Ends with one line: RESULT sandbox_speedup=... programs_per_s=... cpu_time_cv=... cpu_time_cv_min3=...
+Ends with one line: RESULT sandbox_speedup=... programs_per_s=... cpu_time_cv=... cpu_time_cv_control=...
+  cpu_time_cv_min3=...
   adversarial_false_passes=... speedup_without_slow=... (same, without programs over 0.5 s CPU; median of --rounds)
   speedup_bound=... (the most any sandbox could reach on the full set here: baseline time / the slowest program's
   own run time) floor_speedup=... (item 4, fast set) share_of_floor=... (our fast-set rate / the floor's)
@@ -285,7 +287,16 @@ def main():
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
             time.sleep(0.2)
-            runs = [pool.run([job])[0] for _ in range(args.cv_runs)]
+            # The control, interleaved with the sandbox's runs so both see the same machine: the same function
+            # timed in this process (no fork, no isolation). Its CV is what the machine itself gives this loop.
+            ns = {}
+            exec(program, ns)
+            runs, control = [], []
+            for _ in range(args.cv_runs):
+                runs.append(pool.run([job])[0])
+                t = time.process_time()
+                ns["f"]()
+                control.append(time.process_time() - t)
             # What the Planner reward uses: the least of train.py's --measure-repeats (3) runs of a program.
             job3 = job._replace(repeat=3)
             runs3 = [pool.run([job3])[0] for _ in range(args.cv_runs)]
@@ -298,6 +309,9 @@ def main():
         wall_cv = statistics.pstdev(wall) / statistics.mean(wall)
         print(f"cpu_s of a ~50 ms program x{len(runs)} with a busy core: mean {statistics.mean(cpu) * 1e3:.1f} ms, "
               f"CV {cv:.4f} (wall CV {wall_cv:.4f}); all passed: {all(r.verdict == 'passed' for r in runs)}")
+        cv_control = statistics.pstdev(control) / statistics.mean(control)
+        print(f"  the control (the same function timed in this process, interleaved): mean "
+              f"{statistics.mean(control) * 1e3:.1f} ms, CV {cv_control:.4f}")
         cpu3 = [r.cpu_s for r in runs3]
         cv3 = statistics.pstdev(cpu3) / statistics.mean(cpu3)
         print(f"  the least of 3 runs (as train.py's --measure-repeats 3): CV {cv3:.4f}; single runs, sorted (ms): "
@@ -337,7 +351,7 @@ def main():
         print(f"adversarial programs: {ran} run, {len(skipped)} skipped {skipped}, false passes: {false_passes}")
 
     print(f"RESULT sandbox_speedup={ours_rate / base_rate:.2f} programs_per_s={ours_rate:.1f} "
-          f"cpu_time_cv={cv:.4f} cpu_time_cv_min3={cv3:.4f} adversarial_false_passes={len(false_passes)} "
+          f"cpu_time_cv={cv:.4f} cpu_time_cv_control={cv_control:.4f} cpu_time_cv_min3={cv3:.4f} adversarial_false_passes={len(false_passes)} "
           f"speedup_without_slow={fast_speedup:.2f} speedup_bound={bound:.2f} "
           f"floor_speedup={floor_speedup:.2f} share_of_floor={share:.2f}")
 
