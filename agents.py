@@ -533,6 +533,9 @@ PLANNER_PLAIN_PROMPT = (
     "No code. Stop after Loops."
 )
 
+# train.py's --planner-prompt: which of the two the Planner is trained (and evaluated during training) with.
+PLANNER_TEMPLATES = {"skeleton": PLANNER_PROMPT, "plain": PLANNER_PLAIN_PROMPT}
+
 # The Planner's answer starts with this text (it is part of the prompt, not of the completion).
 PLAN_PREFIX = "Input/Output:"
 
@@ -1618,9 +1621,11 @@ ROLES = {
         stop=retriever_stop(MAPCODER_K), budget="code"),
     "planner": dict(
         # After a Retriever the Planner plans MapCoder-style from the recalled exemplars and algorithm (all of
-        # them, or only ctx["exemplar"] when set) and rates its confidence; otherwise the plain Planner prompt.
+        # them, or only ctx["exemplar"] when set) and rates its confidence; otherwise the Planner prompt that
+        # ctx["_planner_template"] names (PLANNER_TEMPLATES; the skeleton prompt when absent).
         prompt=lambda tok, p, ctx: (retrieval_planner_prompt(tok, p, ctx["retrieval"], ctx.get("exemplar"))
-                                    if "retrieval" in ctx else planner_prompt(tok, p)),
+                                    if "retrieval" in ctx else
+                                    planner_prompt(tok, p, PLANNER_TEMPLATES[ctx.get("_planner_template", "skeleton")])),
         # Without a confidence line the plan is exactly clean_plan(text) and the confidence None.
         parse=lambda text, p: dict(zip(("plan", "confidence"), plan_with_confidence(text))),
         stop=list(PLANNER_STOP), budget="plan"),

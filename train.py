@@ -181,6 +181,11 @@ def grpo_flags(p):
                         "thought's reward is not blurred by the Coder's sampling noise (use >0 with M>1)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="token budget of code-writing roles")
     p.add_argument("--plan-max-new-tokens", type=int, default=256, help="token budget of the Planner")
+    p.add_argument("--planner-prompt", choices=sorted(agents.PLANNER_TEMPLATES), default="skeleton",
+                   help="the Planner's prompt, in training and in its held-out eval: skeleton (the four parts as a "
+                        "template to fill in; evaluate.py's planner-coder) or plain (the parts by name, no template "
+                        "to copy; evaluate.py's planner-coder-plain). our choice of default: skeleton, what the runs "
+                        "in README used; the untrained plain prompt needs ~256 plan tokens (default: skeleton)")
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (DeepSeekMath: 0.04)")
     p.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip range")
     p.add_argument("--ppo-epochs", type=int, default=1,
@@ -335,15 +340,22 @@ def check_args(args):
 STEP_FIXED_S, ROW_S, ROW_BUDGET = 11.0, 3.8, 384
 
 
+def eval_method(args):
+    """The method the held-out eval measures the trained role with: the stage's, with the Planner's own prompt."""
+    method = STAGES[args.stage].get("eval_method") or "planner-coder"
+    return "planner-coder-plain" if method == "planner-coder" and args.planner_prompt == "plain" else method
+
+
 def time_estimate(args, n_eval, on_cpu, fp32):
     """One line: roughly how long this run takes on a 2-core CPU (a GPU: far less, not measured here)."""
     chain = STAGES[args.stage]["chain"]
     budget = sum(args.plan_max_new_tokens if agents.ROLES[r]["budget"] == "plan" else args.max_new_tokens
                  for r in chain)
     step_s = STEP_FIXED_S + ROW_S * args.problems_per_step * args.group_size * budget / ROW_BUDGET
-    helper = STAGES[args.stage].get("eval_method", "planner-coder")
+    helper = eval_method(args)
     per = evaluate.CPU_SECONDS_PER_PROBLEM  # at evaluate.py's default budgets, 256 + 512 tokens
-    first = per.get(helper, 5.0) + per["direct"] + (per["content-free-plan"] if helper == "planner-coder" else 0)
+    control = helper in evaluate.PLAN_INFO_BASELINE
+    first = per.get(helper, 5.0) + per["direct"] + (per["content-free-plan"] if control else 0)
     later = per.get(helper, 5.0) + (per["direct"] if STAGES[args.stage]["train"] == "coder" else 0)
     evals = 0 if args.eval_every <= 0 else 1 + -(-args.num_steps // args.eval_every)
     # Held-out outputs mostly end before the budget: halving both budgets cut an evaluation by ~30%, not 50%.
@@ -380,8 +392,8 @@ def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=Non
     generators: one torch.Generator per problem; every row descending from a problem draws from it.
     show(text) reports progress (role, rows, tokens so far) to the caller's progress bar."""
     stage_def = STAGES[stage]
-    # A context carries its problem's generator ("_gen"); the copies made for a group's rows share it.
-    probs, ctxs = list(problems), [{"_gen": g} for g in generators]
+    # A context carries its problem's generator ("_gen") and the Planner prompt's name; a group's rows share them.
+    probs, ctxs = list(problems), [{"_gen": g, "_planner_template": args.planner_prompt} for g in generators]
     trained = None
     downstream = 0  # roles run so far after the trained one
     for role in stage_def["chain"]:
@@ -489,7 +501,7 @@ def held_out_eval(run, step):
     change, so they run once and are read back from step 0's file afterwards (our choice: an evaluation is a large
     share of a CPU run's time)."""
     args, problems = run.args, run.eval_set
-    helper = STAGES[args.stage].get("eval_method", "planner-coder")
+    helper = eval_method(args)
     frozen_coder = STAGES[args.stage]["train"] != "coder"
     # The content-free-plan control runs beside planner-coder: plan information = what the plans add beyond it.
     control = evaluate.PLAN_INFO_BASELINE.get(helper)
@@ -932,7 +944,7 @@ def train(args, pool, rank=0, world=1):
             show(run, f"held-out eval on {len(run.eval_set)} problems")
             start_eval = held_out_eval(run, 0)
             m.update({k + "_start": v for k, v in start_eval.items()})
-            say(run, "step 0:" + eval_line(start_eval, STAGES[args.stage].get("eval_method", "planner-coder")))
+            say(run, "step 0:" + eval_line(start_eval, eval_method(args)))
         grpo_step(run, step, m)
         log_evaluate_checkpoint(run, m)
     if run.lead:
@@ -1249,7 +1261,7 @@ def log_evaluate_checkpoint(run, m):
         return
     with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(m) + "\n")
-    helper = STAGES[args.stage].get("eval_method", "planner-coder")
+    helper = eval_method(args)
     evaluated = " |" + eval_line(m, helper) if eval_key(helper) in m else ""
     if m.get("zero_var_frac") == 1 and not run.hinted:  # once per run: it is a setting's problem, or luck
         run.hinted = True

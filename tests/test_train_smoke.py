@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import agents
 import evaluate
 import train
 
@@ -196,6 +197,31 @@ def test_direct_stage_is_single_agent_grpo(tiny_model_dir, mbpp_path, tmp_path):
     assert not any(k.startswith("eval_cg") or "planner" in k for r in m for k in r)
     rows = [json.loads(line) for line in open(tmp_path / "eval" / "step_000002.jsonl")]
     assert {r["method"] for r in rows} == {"direct"} and len(rows) == 2
+
+
+def test_planner_prompt_plain_trains_and_evaluates_with_the_plain_prompt(tiny_model_dir, mbpp_path, tmp_path,
+                                                                         monkeypatch):
+    prompts, real = [], agents.sample
+
+    def spy(model, tokenizer, texts, *a, **kw):
+        prompts.extend(texts)
+        return real(model, tokenizer, texts, *a, **kw)
+
+    monkeypatch.setattr(agents, "sample", spy)
+    train.main(small(tiny_model_dir, tmp_path, "planner", mbpp_path, steps=1, extra=("--planner-prompt", "plain")))
+    plain, skeleton = "the four labelled parts", "replacing each <...>"
+    planner_prompts = [p for p in prompts if "Algorithmic Thought" in p]
+    assert planner_prompts and all(plain in p and skeleton not in p for p in planner_prompts)
+    m = read_metrics(tmp_path)[-1]
+    assert "eval_pass1_planner_coder_plain" in m and "eval_plan_info" in m and "eval_pass1_planner_coder" not in m
+
+
+def test_the_planner_prompt_is_the_skeleton_one_unless_asked():
+    args = train.get_args(["--stage", "planner"])
+    assert args.planner_prompt == "skeleton" and train.eval_method(args) == "planner-coder"
+    assert train.eval_method(train.get_args(["--stage", "planner", "--planner-prompt", "plain"])) == \
+        "planner-coder-plain"
+    assert train.eval_method(train.get_args(["--stage", "direct", "--planner-prompt", "plain"])) == "direct"
 
 
 def test_planner_eval_rows_direct_once_and_paired_test(planner_run):
