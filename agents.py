@@ -1625,7 +1625,8 @@ ROLES = {
         # ctx["_planner_template"] names (PLANNER_TEMPLATES; the skeleton prompt when absent).
         prompt=lambda tok, p, ctx: (retrieval_planner_prompt(tok, p, ctx["retrieval"], ctx.get("exemplar"))
                                     if "retrieval" in ctx else
-                                    planner_prompt(tok, p, PLANNER_TEMPLATES[ctx.get("_planner_template", "skeleton")])),
+                                    planner_prompt(tok, p, PLANNER_TEMPLATES[ctx.get("_planner_template",
+                                                                                     "skeleton")])),
         # Without a confidence line the plan is exactly clean_plan(text) and the confidence None.
         parse=lambda text, p: dict(zip(("plan", "confidence"), plan_with_confidence(text))),
         stop=list(PLANNER_STOP), budget="plan"),

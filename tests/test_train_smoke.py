@@ -66,9 +66,9 @@ def test_each_step_logs_its_informative_groups_and_the_run_their_rate_per_hour(p
         assert m["t_step"] == pytest.approx(sum(m[k] for k in ("t_sample", "t_execute", "t_reference", "t_learn")))
         assert m["informative_per_hour"] == pytest.approx(3600 * m["informative_groups"] / m["t_step"])
     hours = sum(m["t_step"] for m in ms) / 3600
-    line = train.informative_summary(planner_run)
-    assert line == (f"informative groups: {sum(m['informative_groups'] for m in ms)} of {sum(m['groups'] for m in ms)}"
-                    f" over {len(ms)} steps, {sum(m['informative_groups'] for m in ms) / hours:.1f} per hour of step time")
+    informative, groups = sum(m["informative_groups"] for m in ms), sum(m["groups"] for m in ms)
+    assert train.informative_summary(planner_run) == (f"informative groups: {informative} of {groups} over {len(ms)} "
+                                                      f"steps, {informative / hours:.1f} per hour of step time")
 
 
 def test_checkpoints_keep_last_k(planner_run):

@@ -351,7 +351,8 @@ def main():
         print(f"adversarial programs: {ran} run, {len(skipped)} skipped {skipped}, false passes: {false_passes}")
 
     print(f"RESULT sandbox_speedup={ours_rate / base_rate:.2f} programs_per_s={ours_rate:.1f} "
-          f"cpu_time_cv={cv:.4f} cpu_time_cv_control={cv_control:.4f} cpu_time_cv_min3={cv3:.4f} adversarial_false_passes={len(false_passes)} "
+          f"cpu_time_cv={cv:.4f} cpu_time_cv_control={cv_control:.4f} cpu_time_cv_min3={cv3:.4f} "
+          f"adversarial_false_passes={len(false_passes)} "
           f"speedup_without_slow={fast_speedup:.2f} speedup_bound={bound:.2f} "
           f"floor_speedup={floor_speedup:.2f} share_of_floor={share:.2f}")
 
