@@ -657,17 +657,24 @@ def test_a_large_job_does_not_shift_the_peaks_of_later_runs(pool, large):
     assert max(after) - min(before) < 512 << 10, (before, after)
 
 
-def test_copies_of_one_passing_program_get_zero_advantages_end_to_end(pool):
+def test_copies_of_one_passing_program_get_small_advantages_end_to_end(pool):
     # What train.py does with a GRPO group whose G programs are the same correct one: run each with repeats (CPU =
-    # min, peak = median), score them, normalise. Measurement jitter alone must not become advantages.
+    # min, peak = median), score them with its defaults, normalise. Measurement jitter alone must not become the
+    # full +-1 push plain GRPO would give it. Not "exactly 0": on a shared vCPU a run can take ~1.5x for seconds at
+    # a time (one copy measured 3.4 ms against a median of 2.4 ms in CI), beyond any noise floor that still ranks a
+    # real 1.5x speed-up; test_rewards checks the exact ties on measured quiet-machine jitter, and
+    # --adv-std-floor bounds what a slow moment can do (one outlier: |A| <= w_time / 2 * 7/8 / floor = 0.44).
     import grpo
     import rewards
+    import train
 
+    floor = train.get_args(["--stage", "planner"]).adv_std_floor
     prog = "def f(xs):\n    return sorted(xs)[len(xs) // 2]\n"
     tests = ["assert f([3, 1, 2]) == 2", "assert f(list(range(101))) == 50"]
     results = pool.run([sb.Job(prog, "assert", tests, repeat=3) for _ in range(8)])
     assert all(r.verdict == "passed" for r in results)
-    adv, _ = grpo.group_advantages(rewards.planner_rewards([[1.0]] * 8, [[r.cpu_s] for r in results]), 8)
-    assert (adv == 0).all(), [r.cpu_s for r in results]
+    adv, _ = grpo.group_advantages(rewards.planner_rewards([[1.0]] * 8, [[r.cpu_s] for r in results]), 8,
+                                   std_floor=floor)
+    assert adv.abs().max() <= 0.5, [r.cpu_s for r in results]
     adv, _ = grpo.group_advantages(rewards.coder_rewards([1.0] * 8, [r.peak_bytes for r in results]), 8)
     assert (adv == 0).all(), [r.peak_bytes for r in results]
