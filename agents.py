@@ -244,6 +244,53 @@ def prefill(model, fwd, prompt_ids, prompt_mask):
     return _last_logits(model, fwd, prompt_ids, prompt_mask, position_ids)
 
 
+# our choice: consecutive prompts that share at least this many leading tokens prefill them once (the Planner stage's
+# Coder: the G plans of one problem follow the same system prompt and statement, about half of each prompt). Shorter
+# shared heads (a chat template's system line) are not worth a second forward pass.
+SHARE_MIN_TOKENS = 64
+
+
+def shared_prefix_runs(token_lists, min_len=SHARE_MIN_TOKENS):
+    """Runs of consecutive prompts sharing their first tokens: [(start, end, n_shared)] covering every prompt in
+    order. n_shared is the run's common prefix (>= min_len when the run has two or more prompts), always shorter than
+    each of its prompts, so every row keeps a token of its own to take its next-token logits from; a run of one
+    shares all its tokens but the last."""
+    runs = []
+    for i, ids in enumerate(token_lists):
+        if runs:
+            start, _, n = runs[-1]
+            head = token_lists[start]
+            k = next((j for j in range(min(n, len(ids) - 1)) if head[j] != ids[j]), min(n, len(ids) - 1))
+            if k >= min_len:
+                runs[-1] = (start, i + 1, k)
+                continue
+        runs.append((i, i + 1, len(ids) - 1))
+    return runs
+
+
+def _left_pad(lists, pad_id, device):
+    """Token lists -> (ids, mask) (n, L), left-padded."""
+    L = max(len(x) for x in lists)
+    ids = torch.tensor([[pad_id] * (L - len(x)) + x for x in lists], dtype=torch.long, device=device)  # (n, L)
+    mask = torch.tensor([[0] * (L - len(x)) + [1] * len(x) for x in lists], dtype=torch.long, device=device)
+    return ids, mask
+
+
+def prefill_shared(model, fwd, token_lists, runs, pad_id, device):
+    """Prefill each run's shared prefix once, copy its cache to the run's rows, then run every row's own suffix
+    after it. A row's cache then holds [its prefix, left-padded][its suffix, left-padded]: the pads in the middle are
+    masked and positions count real tokens, so each row attends to exactly its prompt (up to float rounding: the
+    shapes differ from one prefill of the whole prompts). Returns (next-token logits (n, V), that mask (n, Lp + Ls))."""
+    pre_ids, pre_mask = _left_pad([token_lists[a][:n] for a, _, n in runs], pad_id, device)  # (r, Lp)
+    prefill(model, fwd, pre_ids, pre_mask)
+    owner = torch.tensor([r for r, (a, b, _) in enumerate(runs) for _ in range(a, b)], device=device)  # (n,)
+    fwd.get("cache", fwd.get("past_key_values")).batch_select_indices(owner)  # (r, ...) -> (n, ...) rows
+    suf_ids, suf_mask = _left_pad([token_lists[i][n:] for a, b, n in runs for i in range(a, b)], pad_id, device)
+    mask = torch.cat([pre_mask[owner], suf_mask], 1)  # (n, Lp + Ls)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)[:, pre_ids.shape[1]:]  # (n, Ls)
+    return _last_logits(model, fwd, suf_ids, mask, position_ids), mask
+
+
 def decode_one_token(model, fwd, token, attention_mask, position_ids):
     """Feed one token per row. token (B,), attention_mask (B, P+t+1), position_ids (B,) -> logits (B, V)."""
     return _last_logits(model, fwd, token[:, None], attention_mask, position_ids[:, None])
@@ -392,7 +439,7 @@ def stop_token_ids(model, tokenizer):
 
 def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
            stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, progress=None,
-           drop_finished=True):
+           drop_finished=True, share_prefixes=True):
     """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
 
     prompts: non-empty strings, already chat-formatted (`chat_prompt`). temperature 0 is greedy; top_k=0 and
@@ -405,6 +452,8 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
         plans from the text; the token ids and mask still include the tokens that spelled the stop string.
     progress: optional callable(tokens_so_far, max_new_tokens), called every 16 decode steps (a progress bar).
     drop_finished: drop finished rows from the decode batch (`decode_n_tokens`, DROP_AT); the same tokens either way.
+    share_prefixes: prefill the leading tokens that neighbouring prompts share once (`shared_prefix_runs`,
+        SHARE_MIN_TOKENS); the same tokens as without it up to float rounding (tested against HF generate).
     """
     if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError("sample() needs a non-empty list of non-empty prompt strings")
@@ -427,9 +476,10 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     # our choice: add_special_tokens=False because the chat template already writes every special token the model
     # expects (a tokenizer adding BOS again would double it).
     enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
+    # Each prompt's own tokens (no pads), for the shared heads.
+    lists = [ids[len(ids) - n:] for ids, n in zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist())]
     prompt_ids = enc["input_ids"].to(device)  # (n, P)
     prompt_mask = enc["attention_mask"].to(device)  # (n, P)
-    P = prompt_ids.shape[1]
 
     from transformers import DynamicCache
 
@@ -437,8 +487,13 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     with torch.no_grad(), _eval_mode(model), grpo.adapters_in_base_dtype(model):
         cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
         fwd = _forward_kwargs(model, cache)
-        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
-        logits = prefill(model, fwd, prompt_ids, prompt_mask)  # (n, V)
+        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV), and a head that
+        #    neighbouring prompts share once (cache_mask: the cache's layout, which then differs from prompt_mask)
+        runs = shared_prefix_runs(lists) if share_prefixes and min(map(len, lists)) > 1 else []
+        if 0 < len(runs) < len(prompts):
+            logits, cache_mask = prefill_shared(model, fwd, lists, runs, pad_id, device)  # (n, V), (n, Lp + Ls)
+        else:
+            logits, cache_mask = prefill(model, fwd, prompt_ids, prompt_mask), prompt_mask  # (n, V), (n, P)
         # 2) copy the cache and the logits to the G rows of each group (row i*G+g). The first token is then
         #    drawn from the (B, V) logits with an independent draw per row, not drawn once and broadcast,
         #    which would make every group start identically and shrink its reward variance.
@@ -447,13 +502,14 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
             logits = logits.repeat_interleave(G, dim=0)  # (B, V)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (B, P)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)  # (B, P)
+        cache_mask = cache_mask.repeat_interleave(G, dim=0)  # (B, C)
         # Like HF generate: without any padding the mask is dropped, so attention can use its causal fast path.
-        full_mask = None if bool(prompt_mask.all()) else _decode_mask(model, prompt_mask, max_new_tokens)
+        full_mask = None if bool(cache_mask.all()) else _decode_mask(model, cache_mask, max_new_tokens)
         positions = prompt_mask.sum(-1)  # (B,) position of the first generated token
         # 3) decode
-        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, P, max_new_tokens,
-                                    eos_ids, pad_id, stop, temperature, top_k, top_p, generator, progress,
-                                    drop_at=DROP_AT if drop_finished else None)
+        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, cache_mask.shape[1],
+                                    max_new_tokens, eos_ids, pad_id, stop, temperature, top_k, top_p, generator,
+                                    progress, drop_at=DROP_AT if drop_finished else None)
         del cache, fwd  # the KV cache is the largest rollout tensor; free it before the caller trains
     texts, cut = _decode_texts(tokenizer, ids, mask, eos_ids, stop, keep_stop, max_new_tokens)
     return Samples(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=ids, completion_mask=mask,

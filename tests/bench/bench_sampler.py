@@ -22,6 +22,10 @@ Each call runs without and with dropping, alternating, best of --drop-rounds, sa
 texts must be identical. Printed per call: wall and CPU time of both sides, their ratio (old / new: > 1 = faster),
 the prefill's share of the old side's time, and the share of row-steps in which the row had already finished
 (the work dropping can save). Not a measure of the rollout's other phases (parsing, running programs).
+Part 3 also times the Coder call without and with its shared heads prefilled once (agents.sample's share_prefixes:
+the G plans of a problem follow the same system prompt and statement), dropping on in both: first the prefill
+alone (one new token, best of --drop-rounds), then the whole call once per side, whose greedy texts must match (not
+bit-exact by construction: the heads are computed in another batch shape).
 
 What it is not. Not a throughput study across batch sizes, not a measure of prefix caching or serving engines.
 Where our speed comes from: the shared prefill (HF prefills every one of the G copies of a prompt), and less
@@ -33,7 +37,9 @@ Run:   .venv/bin/python tests/bench/bench_sampler.py            (tiny + the 0.5B
        .venv/bin/python tests/bench/bench_sampler.py --parts drop      (Part 3 alone: ~10-40 min on 2 shared cores)
 Ends with: RESULT sampler_vs_hf_tiny=<ours/HF tokens/s> sampler_vs_hf_0p5b=<...> greedy_identical=<true|false>
            ckpt_mem_ratio=<step peak with checkpointing / without> drop_finished_speedup_plan=<old/new wall>
-           drop_finished_speedup_code=<...> drop_finished_identical=<true|false>   ("na": part not run)
+           drop_finished_speedup_code=<...> drop_finished_identical=<true|false> share_prefill_speedup=<old/new
+           wall, prefill + 1 token> share_speedup_code=<old/new wall, the whole Coder call>
+           share_identical=<true|false>   ("na": part not run)
 """
 import argparse
 import json
@@ -369,8 +375,14 @@ def drop_finished(path, device):
     code_ratio, code_same, _ = old_vs_new("coder", lambda drop: agents.sample(
         model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
         generator=gens(n * G), drop_finished=drop), device, args.drop_rounds)
+    share_prefill, _, _ = old_vs_new("coder prefill + 1 token, heads not shared (old) vs shared (new)", lambda share: (
+        agents.sample(model, tok, code_prompts, max_new_tokens=1, temperature=0.0, share_prefixes=share)),
+        device, args.drop_rounds)
+    share_code, share_same, _ = old_vs_new("coder, heads not shared (old) vs shared (new)", lambda share: (
+        agents.sample(model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0,
+                      stop=coder["stop"], generator=gens(n * G), share_prefixes=share)), device, 1)
     del model
-    return plan_ratio, code_ratio, plan_same and code_same
+    return plan_ratio, code_ratio, plan_same and code_same, share_prefill, share_code, share_same
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -432,13 +444,13 @@ def run(tmp, device):
         print(f"0.5B model skipped: {REAL_WHERE if args.real_model is None else f'{args.real_model} not found'}")
 
     # Part 3
-    drop = ["na"] * 3
+    drop = ["na"] * 6
     if "drop" in parts and real:
-        plan_ratio, code_ratio, same = drop_finished(real, device)
-        drop = [f"{plan_ratio:.3f}", f"{code_ratio:.3f}", str(same).lower()]
+        drop = [f"{x:.3f}" if isinstance(x, float) else str(x).lower() for x in drop_finished(real, device)]
     print(f"RESULT sampler_vs_hf_tiny={tiny_ratio} sampler_vs_hf_0p5b={real_ratio} greedy_identical={identical} "
           f"ckpt_mem_ratio={ckpt_ratio} drop_finished_speedup_plan={drop[0]} drop_finished_speedup_code={drop[1]} "
-          f"drop_finished_identical={drop[2]}")
+          f"drop_finished_identical={drop[2]} share_prefill_speedup={drop[3]} share_speedup_code={drop[4]} "
+          f"share_identical={drop[5]}")
 
 
 if __name__ == "__main__":
