@@ -22,10 +22,11 @@ Each call runs without and with dropping, alternating, best of --drop-rounds, sa
 texts must be identical. Printed per call: wall and CPU time of both sides, their ratio (old / new: > 1 = faster),
 the prefill's share of the old side's time, and the share of row-steps in which the row had already finished
 (the work dropping can save). Not a measure of the rollout's other phases (parsing, running programs).
-Part 3 also times the Coder call without and with its shared heads prefilled once (agents.sample's share_prefixes:
-the G plans of a problem follow the same system prompt and statement), dropping on in both: first the prefill
-alone (one new token, best of --drop-rounds), then the whole call once per side, whose greedy texts must match (not
-bit-exact by construction: the heads are computed in another batch shape).
+Part 4, shared heads (agents.sample's share_prefixes, on the 0.5B only): the same rollout's plans, sampled once, then
+the Coder call without and with the heads its prompts share prefilled once (the G plans of a problem follow the
+same system prompt and statement), dropping on in both: first the prefill alone (one new token, best of
+--drop-rounds), then the whole call once per side, whose greedy texts must match (not bit-exact by construction: the
+heads are computed in another batch shape).
 
 What it is not. Not a throughput study across batch sizes, not a measure of prefix caching or serving engines.
 Where our speed comes from: the shared prefill (HF prefills every one of the G copies of a prompt), and less
@@ -35,6 +36,7 @@ Python per step; the model forward itself is the same HF code in both, so at bat
 Run:   .venv/bin/python tests/bench/bench_sampler.py            (tiny + the 0.5B if present; CPU or CUDA;
        the speed part uses 1 CPU thread by default, see --threads)
        .venv/bin/python tests/bench/bench_sampler.py --parts drop      (Part 3 alone: ~10-40 min on 2 shared cores)
+       .venv/bin/python tests/bench/bench_sampler.py --parts share     (Part 4 alone: ~12 min on 2 quiet cores)
 Ends with: RESULT sampler_vs_hf_tiny=<ours/HF tokens/s> sampler_vs_hf_0p5b=<...> greedy_identical=<true|false>
            ckpt_mem_ratio=<step peak with checkpointing / without> drop_finished_speedup_plan=<old/new wall>
            drop_finished_speedup_code=<...> drop_finished_identical=<true|false> share_prefill_speedup=<old/new
@@ -91,7 +93,8 @@ parser.add_argument("--drop-plan-new", type=int, default=128, help="plan budget 
 parser.add_argument("--drop-code-new", type=int, default=256, help="program budget (the recipe's)")
 parser.add_argument("--drop-rounds", type=int, default=2)
 parser.add_argument("--drop-threads", type=int, default=2, help="torch CPU threads for part 3 (the trainer's)")
-parser.add_argument("--parts", default="speed,mem,drop", help="comma-separated parts to run: speed, mem, drop")
+parser.add_argument("--parts", default="speed,mem,drop,share",
+                    help="comma-separated parts to run: speed, mem, drop, share")
 parser.add_argument("--mem-child", default=None, help=argparse.SUPPRESS)  # internal: "0" / "1" = checkpointing
 parser.add_argument("--mem-path", default=None, help=argparse.SUPPRESS)
 args = parser.parse_args()
@@ -375,14 +378,42 @@ def drop_finished(path, device):
     code_ratio, code_same, _ = old_vs_new("coder", lambda drop: agents.sample(
         model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
         generator=gens(n * G), drop_finished=drop), device, args.drop_rounds)
-    share_prefill, _, _ = old_vs_new("coder prefill + 1 token, heads not shared (old) vs shared (new)", lambda share: (
-        agents.sample(model, tok, code_prompts, max_new_tokens=1, temperature=0.0, share_prefixes=share)),
-        device, args.drop_rounds)
-    share_code, share_same, _ = old_vs_new("coder, heads not shared (old) vs shared (new)", lambda share: (
-        agents.sample(model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0,
-                      stop=coder["stop"], generator=gens(n * G), share_prefixes=share)), device, 1)
     del model
-    return plan_ratio, code_ratio, plan_same and code_same, share_prefill, share_code, share_same
+    return plan_ratio, code_ratio, plan_same and code_same
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Part 4: shared heads
+
+def share_heads(path, device):
+    import torch
+
+    import agents
+    import data
+
+    if args.drop_threads:
+        torch.set_num_threads(args.drop_threads)
+    problems = data.load("mbpp", split="train")[: args.drop_problems]
+    model, tok = agents.load_model(path, device=device)
+    n, G = len(problems), args.drop_group
+    planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
+    plans = agents.sample(model, tok, [agents.planner_prompt(tok, p) for p in problems], group_size=G,
+                          max_new_tokens=args.drop_plan_new, temperature=1.0, stop=planner["stop"],
+                          generator=[torch.Generator(device=device).manual_seed(i) for i in range(n)])
+    rows = [p for p in problems for _ in range(G)]  # row i*G+g: plan g of problem i
+    prompts = [coder["prompt"](tok, p, planner["parse"](text, p)) for p, text in zip(rows, plans.texts)]
+    lists = tok(prompts, add_special_tokens=False)["input_ids"]
+    shared = sum(k * (b - a - 1) for a, b, k in agents.shared_prefix_runs(lists) if b - a > 1)
+    print(f"shared heads: {n} problems x G={G}, {sum(map(len, lists))} prompt tokens, {shared} of them prefilled "
+          f"once instead of per row", flush=True)
+    prefill_ratio, _, _ = old_vs_new("coder prefill + 1 token, heads not shared (old) vs shared (new)", lambda share: (
+        agents.sample(model, tok, prompts, max_new_tokens=1, temperature=0.0, share_prefixes=share)),
+        device, args.drop_rounds)
+    code_ratio, same, _ = old_vs_new("coder, heads not shared (old) vs shared (new)", lambda share: (
+        agents.sample(model, tok, prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
+                      share_prefixes=share)), device, 1)
+    del model
+    return prefill_ratio, code_ratio, same
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -444,13 +475,15 @@ def run(tmp, device):
         print(f"0.5B model skipped: {REAL_WHERE if args.real_model is None else f'{args.real_model} not found'}")
 
     # Part 3
-    drop = ["na"] * 6
+    drop, share = ["na"] * 3, ["na"] * 3
     if "drop" in parts and real:
         drop = [f"{x:.3f}" if isinstance(x, float) else str(x).lower() for x in drop_finished(real, device)]
+    if "share" in parts and real:
+        share = [f"{x:.3f}" if isinstance(x, float) else str(x).lower() for x in share_heads(real, device)]
     print(f"RESULT sampler_vs_hf_tiny={tiny_ratio} sampler_vs_hf_0p5b={real_ratio} greedy_identical={identical} "
           f"ckpt_mem_ratio={ckpt_ratio} drop_finished_speedup_plan={drop[0]} drop_finished_speedup_code={drop[1]} "
-          f"drop_finished_identical={drop[2]} share_prefill_speedup={drop[3]} share_speedup_code={drop[4]} "
-          f"share_identical={drop[5]}")
+          f"drop_finished_identical={drop[2]} share_prefill_speedup={share[0]} share_speedup_code={share[1]} "
+          f"share_identical={share[2]}")
 
 
 if __name__ == "__main__":
