@@ -114,7 +114,7 @@ def test_shared_prefix_runs_group_neighbours_with_a_long_common_head():
 def test_sampling_with_a_shared_head_equals_naive_recompute(tiny, monkeypatch):
     model, tok = tiny
     prompts = shared_head_prompts(tok)
-    calls = []
+    calls, prefill_shared = [], agents.prefill_shared
     monkeypatch.setattr(agents, "prefill_shared", lambda *a: calls.append(a[3]) or prefill_shared(*a))
     eos = list(range(3, 43))
     s = agents.sample(model, tok, prompts, group_size=2, max_new_tokens=16, temperature=1.0, seed=3,
@@ -135,9 +135,6 @@ def test_greedy_with_a_shared_head_equals_hf_generate(tiny):
     enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
     ref = model.generate(**enc, do_sample=False, max_new_tokens=20, pad_token_id=tok.pad_token_id)
     assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
-
-
-prefill_shared = agents.prefill_shared
 
 
 # ----------------------------------------------------------------------------------------- group sampling

@@ -350,7 +350,8 @@ def old_vs_new(label, call, device, rounds):
     return ratio, same, outs[0]
 
 
-def drop_finished(path, device):
+def rollout_setup(path, device, what):
+    """Parts 3 and 4: the model, --drop-problems MBPP train problems and G, as train.py's rollout sees them."""
     import torch
 
     import agents
@@ -360,24 +361,41 @@ def drop_finished(path, device):
         torch.set_num_threads(args.drop_threads)
     problems = data.load("mbpp", split="train")[: args.drop_problems]
     model, tok = agents.load_model(path, device=device)
-    n, G = len(problems), args.drop_group
-    print(f"drop finished rows: {n} MBPP train problems x G={G}, dtype {next(model.parameters()).dtype}, "
-          f"threads {torch.get_num_threads()}", flush=True)
+    print(f"{what}: {len(problems)} MBPP train problems x G={args.drop_group}, dtype "
+          f"{next(model.parameters()).dtype}, threads {torch.get_num_threads()}", flush=True)
+    return model, tok, problems, len(problems), args.drop_group
 
-    def gens(k):  # train.py: one generator per problem; a problem's rows share it
-        return [torch.Generator(device=device).manual_seed(i) for i in range(k)]
 
+def gens(k, device):
+    """train.py: one generator per problem; a problem's rows share it."""
+    import torch
+
+    return [torch.Generator(device=device).manual_seed(i) for i in range(k)]
+
+
+def coder_prompts(tok, problems, G, plan_texts):
+    """The Coder's prompt for each plan; row i*G+g: plan g of problem i."""
+    import agents
+
+    planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
+    rows = [p for p in problems for _ in range(G)]
+    return [coder["prompt"](tok, p, planner["parse"](text, p)) for p, text in zip(rows, plan_texts)]
+
+
+def drop_finished(path, device):
+    import agents
+
+    model, tok, problems, n, G = rollout_setup(path, device, "drop finished rows")
     planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
     plan_prompts = [agents.planner_prompt(tok, p) for p in problems]
     plan_ratio, plan_same, plans = old_vs_new("planner", lambda drop: agents.sample(
         model, tok, plan_prompts, group_size=G, max_new_tokens=args.drop_plan_new, temperature=1.0,
-        stop=planner["stop"], generator=gens(n), drop_finished=drop), device, args.drop_rounds)
-    rows = [p for p in problems for _ in range(G)]  # row i*G+g: plan g of problem i
-    code_prompts = [coder["prompt"](tok, p, planner["parse"](text, p)) for p, text in zip(rows, plans.texts)]
+        stop=planner["stop"], generator=gens(n, device), drop_finished=drop), device, args.drop_rounds)
+    code_prompts = coder_prompts(tok, problems, G, plans.texts)
     # Greedy, so the generators draw nothing; given anyway, as rollout does.
     code_ratio, code_same, _ = old_vs_new("coder", lambda drop: agents.sample(
         model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
-        generator=gens(n * G), drop_finished=drop), device, args.drop_rounds)
+        generator=gens(n * G, device), drop_finished=drop), device, args.drop_rounds)
     del model
     return plan_ratio, code_ratio, plan_same and code_same
 
@@ -386,26 +404,18 @@ def drop_finished(path, device):
 # Part 4: shared heads
 
 def share_heads(path, device):
-    import torch
-
     import agents
-    import data
 
-    if args.drop_threads:
-        torch.set_num_threads(args.drop_threads)
-    problems = data.load("mbpp", split="train")[: args.drop_problems]
-    model, tok = agents.load_model(path, device=device)
-    n, G = len(problems), args.drop_group
+    model, tok, problems, n, G = rollout_setup(path, device, "shared heads")
     planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
     plans = agents.sample(model, tok, [agents.planner_prompt(tok, p) for p in problems], group_size=G,
                           max_new_tokens=args.drop_plan_new, temperature=1.0, stop=planner["stop"],
-                          generator=[torch.Generator(device=device).manual_seed(i) for i in range(n)])
-    rows = [p for p in problems for _ in range(G)]  # row i*G+g: plan g of problem i
-    prompts = [coder["prompt"](tok, p, planner["parse"](text, p)) for p, text in zip(rows, plans.texts)]
+                          generator=gens(n, device))
+    prompts = coder_prompts(tok, problems, G, plans.texts)
     lists = tok(prompts, add_special_tokens=False)["input_ids"]
     shared = sum(k * (b - a - 1) for a, b, k in agents.shared_prefix_runs(lists) if b - a > 1)
-    print(f"shared heads: {n} problems x G={G}, {sum(map(len, lists))} prompt tokens, {shared} of them prefilled "
-          f"once instead of per row", flush=True)
+    print(f"shared heads: {sum(map(len, lists))} Coder prompt tokens, {shared} of them prefilled once instead of "
+          f"per row", flush=True)
     prefill_ratio, _, _ = old_vs_new("coder prefill + 1 token, heads not shared (old) vs shared (new)", lambda share: (
         agents.sample(model, tok, prompts, max_new_tokens=1, temperature=0.0, share_prefixes=share)),
         device, args.drop_rounds)
