@@ -20,6 +20,7 @@ code should pass these tests" (Austin et al. 2021). The CoRe-Code paper's prompt
 """
 import ast
 import contextlib
+import dataclasses
 import inspect
 import itertools
 import json
@@ -728,6 +729,22 @@ def planner_prompt(tokenizer, problem, template=PLANNER_PROMPT):
 def coder_prompt(tokenizer, problem, plan):
     """Coder: problem + plan -> one fenced program."""
     return _coder_answer(CODER_PROMPT, tokenizer, problem, plan=plan.strip() or "(no plan)")
+
+
+# The blind Coder of train.py --blind-weight: the problem with its statement hidden, so that what the program computes
+# can come only from the plan. our choice: the public examples stay (they name the function and its arguments, and
+# are the same for every plan of a problem, so GRPO's group baseline cancels what they give away).
+BLIND_STATEMENT = "Write the Python function that the plan below describes."
+
+
+def blind_problem(problem):
+    """The problem as the blind Coder sees it: its statement replaced by BLIND_STATEMENT, examples kept. Only for
+    benchmarks whose statement is prose beside the examples (MBPP); a starter code holding the task (HumanEval's
+    docstring) would still show it, so this refuses one."""
+    if problem.starter_code.strip():
+        raise ValueError(f"{problem.id}: the blind Coder hides the statement, but this problem's starter code "
+                         "would still show the task; use a benchmark without starter code (MBPP)")
+    return dataclasses.replace(problem, statement=BLIND_STATEMENT)
 
 
 def direct_prompt(tokenizer, problem):

@@ -86,6 +86,8 @@ def reward_planner(results, outputs, G, M, args):
     if args.info_weight:
         # The dense plan-information term (reference_information), before the gate: a gated plan scores -penalty.
         out = [r + args.info_weight * max(-1.0, min(1.0, o["info"])) for r, o in zip(out, outputs)]
+    if args.blind_weight:  # what the plan alone lets the Coder write (blind_pass_rates), before the gate
+        out = [r + args.blind_weight * o["blind"] for r, o in zip(out, outputs)]
     if STAGES[args.stage].get("format_gate") and args.format_gate:
         out = rewards.format_gated(out, [o["verdict"] for o in outputs], penalty=args.format_penalty,
                                    cut_penalty=args.cut_penalty)
@@ -207,6 +209,12 @@ def grpo_flags(p):
                         "token of the reference solution given the plan, minus given a content-free plan; clipped to "
                         "+-1). A dense signal that pays nothing for an empty plan. our choice: 0 (off) until it is "
                         "measured in training; one forward pass per plan, no sampling")
+    p.add_argument("--blind-weight", type=float, default=0.0,
+                   help="stage planner, MBPP-like benchmarks (no starter code): add this times the pass rate of a "
+                        "program the frozen Coder writes greedily from the plan with the statement hidden "
+                        "(agents.blind_problem: the plan and the public examples only). A plan that says nothing "
+                        "earns nothing here, whatever its format. our choice: 0 (off); one more greedy Coder call "
+                        "per plan")
     p.add_argument("--adv-std-floor", type=float, default=0.1,
                    help="groups' rewards are divided by max(std, this) (grpo.group_advantages). our choice 0.1, the "
                         "largest efficiency bonus: a group whose programs all pass and differ by a millisecond gets "
@@ -310,10 +318,10 @@ def check_args(args):
     if args.top_p < 1:
         fail("--top-p < 1 is not supported in training: the loss's log-probs are those of the full "
              "softmax(logits / T), not of the truncated distribution the tokens would be drawn from")
-    if args.adv_std_floor < 0 or args.cut_penalty < 0 or args.info_weight < 0:
-        fail("--adv-std-floor, --cut-penalty and --info-weight must be >= 0")
-    if args.info_weight and args.stage != "planner":
-        fail("--info-weight scores Planner thoughts: it needs --stage planner")
+    if min(args.adv_std_floor, args.cut_penalty, args.info_weight, args.blind_weight) < 0:
+        fail("--adv-std-floor, --cut-penalty, --info-weight and --blind-weight must be >= 0")
+    if (args.info_weight or args.blind_weight) and args.stage != "planner":
+        fail("--info-weight and --blind-weight score Planner thoughts: they need --stage planner")
     if args.split in ("test", "validation", args.eval_split) and args.stage != "toy" and not args.allow_held_out_split:
         why = ("is also the --eval-split, so the held-out evaluation would measure training problems"
                if args.split == args.eval_split else
@@ -868,6 +876,9 @@ def set_up(args, pool, rank, world):
         fail(str(e))
     if not train_set:
         fail(f"no training problems in {args.bench} split {args.split!r}")
+    if args.blind_weight and any(p.starter_code.strip() for p in train_set):
+        fail(f"--blind-weight hides the statement, but {args.bench} problems carry starter code that shows the task; "
+             "use it with a benchmark without starter code (mbpp)")
     if rank == 0:
         fp32 = agents.resolve_dtype(None if args.dtype == "auto" else args.dtype, args.device) == torch.float32
         print(time_estimate(args, len(eval_set), str(args.device).startswith("cpu"), fp32), flush=True)
@@ -986,6 +997,8 @@ def grpo_step(run, step, m):
         m["pass_rate"] = float(np.mean(step_all["pass_rates"]))
         m["all_pass_frac"] = float(np.mean(step_all["passed"]))
         m["eff_only_frac"] = efficiency_only_frac(step_all["rewards"], step_all["keys"], G)
+    if step_all["blind"]:
+        m["blind_pass_rate"] = float(np.mean(step_all["blind"]))
     m["completion_len"] = float(np.mean(step_all["lens"]))
 
     # ---- 4 advantages of the step's groups (a group never spans ranks); this rank keeps its own rows
@@ -1043,6 +1056,13 @@ def rollout_and_score(run, batch, generators):
         for o, g in zip(outputs, gains):
             o["info"] = g
         times["t_info"] = seconds_since(t0, run.device)
+    if args.blind_weight and outputs:
+        show(run, f"blind Coder: {len(outputs)} programs from the plans alone")
+        t0 = time.time()
+        blind = blind_pass_rates(run, [p for p in group_probs for _ in range(G)], [o["plan"] for o in outputs])
+        for o, b in zip(outputs, blind):
+            o["blind"] = b
+        times["t_blind"] = seconds_since(t0, run.device)
     rewards_mine = []
     for i in range(len(group_probs)):
         rewards_mine += REWARDS[stage_def["reward"]](results[i * G * M:(i + 1) * G * M], outputs[i * G:(i + 1) * G],
@@ -1052,6 +1072,7 @@ def rollout_and_score(run, batch, generators):
     cut = [o.get("planner_cut", False) for o in outputs] if planner else []
     gated = bool(stage_def.get("format_gate")) and args.format_gate
     mine = dict(rewards=rewards_mine, plans=plans, cut=cut, rows_per_rank=[len(rewards_mine)],
+                blind=[o["blind"] for o in outputs] if args.blind_weight else [],
                 lens=samples.completion_mask.sum(1).tolist() if samples else [],
                 pass_rates=[r.pass_rate for r in results if r is not None],
                 passed=[r.verdict == "passed" for r in results if r is not None],
@@ -1063,6 +1084,23 @@ def rollout_and_score(run, batch, generators):
     # are those of the step, whatever the number of ranks.
     parts = grpo.gather(mine)
     return samples, rewards_mine, {k: [x for part in parts for x in part[k]] for k in mine}, times
+
+
+def blind_pass_rates(run, problems, plans):
+    """The blind Coder of --blind-weight: for each (problem, plan), the pass rate on the problem's hidden tests of the
+    frozen Coder's greedy program written from the plan with the statement hidden (agents.blind_problem). A plan
+    that says nothing leaves the Coder only the public examples, the same for every plan of the group, so the
+    group's advantages come from what the plans say. our choice, the direct form of "score a plan by what it tells
+    the Coder": execution, not a likelihood of one reference program (--info-weight)."""
+    args, tok = run.args, run.tokenizer
+    prompts = [agents.coder_prompt(tok, agents.blind_problem(p), plan) for p, plan in zip(problems, plans)]
+    with run.agent("coder"):
+        s = agents.sample(run.model, tok, prompts, max_new_tokens=args.max_new_tokens, temperature=0.0,
+                          stop=agents.ROLES["coder"]["stop"])
+    programs = [agents.extract_code(text, p.kind, p.entry_point) for p, text in zip(problems, s.texts)]
+    results = run.pool.run([agents.problem_job(p, prog, p.hidden_tests, stop_on_failure=args.stop_on_failure)
+                            for p, prog in zip(problems, programs)])
+    return [r.pass_rate for r in results]
 
 
 def reference_information(run, problems, plans):
@@ -1255,7 +1293,8 @@ def log_evaluate_checkpoint(run, m):
         show(run, f"held-out eval on {len(run.eval_set)} problems")
         m.update(held_out_eval(run, done))
     # What a step buys per hour of its own time (held-out eval excluded; seconds summed over ranks).
-    m["t_step"] = sum(m.get(k, 0.0) for k in ("t_sample", "t_execute", "t_info", "t_reference", "t_learn"))
+    m["t_step"] = sum(m.get(k, 0.0) for k in ("t_sample", "t_execute", "t_info", "t_blind", "t_reference",
+                                               "t_learn"))
     m["informative_per_hour"] = 3600 * m["informative_groups"] / max(m["t_step"], 1e-9)
     if not run.lead:
         return

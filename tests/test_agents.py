@@ -88,6 +88,22 @@ def test_coder_prompt_contains_problem_plan_and_format(tiny):
     assert "`add_nums`" in prompt and "no example usage" in prompt
 
 
+def test_the_blind_coder_prompt_keeps_plan_examples_and_name_but_not_the_statement(tiny):
+    _, tok = tiny
+    plan = "Input/Output: two ints. Steps: 1. add. Conditions: none. Loops: none."
+    prompt = roles.coder_prompt(tok, roles.blind_problem(assert_problem()), plan)
+    assert plan in prompt and "assert add_nums(1, 2) == 3" in prompt and "`add_nums`" in prompt
+    assert "add two numbers" not in prompt and roles.BLIND_STATEMENT in prompt
+
+
+def test_the_blind_coder_refuses_a_problem_whose_starter_code_shows_the_task():
+    sig = 'def add_nums(a, b):\n    """Add two numbers."""\n'
+    p = assert_problem()
+    p.statement, p.starter_code = sig, sig
+    with pytest.raises(ValueError, match="starter code"):
+        roles.blind_problem(p)
+
+
 @pytest.mark.parametrize("fn", ["direct_prompt", "cot_prompt", "scot_prompt"])
 def test_single_answer_prompts_contain_problem(tiny, fn):
     _, tok = tiny

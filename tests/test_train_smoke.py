@@ -140,7 +140,7 @@ def test_stage_coder_without_planner_adapter_is_a_clear_error(tiny_model_dir, mb
 
 
 @pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"],
-                                 ["--bench-option", "time_facter=2"]])
+                                 ["--bench-option", "time_facter=2"], ["--blind-weight", "-1"]])
 def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
     argv = small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path) + bad
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], capture_output=True, text=True,
@@ -374,6 +374,55 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tiny_model_dir, 
     again = line.split("python train.py ", 1)[1].split() + ["--num-steps", "1"]
     train.main(again)
     assert [json.loads(x)["step"] for x in open(out / "metrics.jsonl")] == [1]
+
+
+def test_the_blind_coder_is_scored_by_execution_from_the_plan_without_the_statement(tiny_model_dir, monkeypatch):
+    import contextlib
+    from types import SimpleNamespace
+
+    import sandbox
+    from data import Problem
+
+    seen = []
+
+    def coder(model, tok, prompts, **kw):  # codes a + b only when the plan says so
+        seen.extend(prompts)
+        body = ["a + b" if "Return a + b" in p else "0" for p in prompts]
+        return SimpleNamespace(texts=[f"```python\ndef add(a, b):\n    return {b}\n```" for b in body])
+
+    monkeypatch.setattr(agents, "sample", coder)
+    _, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    p = Problem(id="mbpp/1", bench="mbpp", statement="Add two numbers.", kind="assert",
+                public_tests=["assert add(1, 2) == 3"], hidden_tests=["assert add(1, 2) == 3", "assert add(0, 5) == 5"],
+                entry_point="add")
+    with sandbox.SandboxPool(1) as pool:
+        run = SimpleNamespace(args=SimpleNamespace(max_new_tokens=16, stop_on_failure=False), tokenizer=tok,
+                              model=None, pool=pool, agent=lambda role: contextlib.nullcontext())
+        rates = train.blind_pass_rates(run, [p, p], ["Steps: 1. Return a + b.", agents.CONTENT_FREE_PLAN])
+    assert rates == [1.0, 0.0]
+    assert all("Add two numbers" not in s and "assert add(1, 2) == 3" in s for s in seen)
+
+
+def test_the_blind_weight_adds_the_blind_pass_rate_before_the_gate():
+    from types import SimpleNamespace
+
+    args = train.get_args(["--stage", "planner"])
+    plan = "Input/Output: two ints; their sum.\nSteps: 1. Return a + b.\nConditions: none.\nLoops: none."
+    outputs = [dict(plan=plan, verdict="ok", blind=1.0), dict(plan=plan, verdict="ok", blind=0.0),
+               dict(plan="x", verdict="missing parts", blind=1.0)]
+    results = [SimpleNamespace(pass_rate=0.5, cpu_s=0.001)] * 3
+    off = train.reward_planner(results, outputs, 3, 1, args)
+    args.blind_weight = 0.5
+    on = train.reward_planner(results, outputs, 3, 1, args)
+    assert on[0] == pytest.approx(off[0] + 0.5) and on[1] == pytest.approx(off[1])
+    assert on[2] == off[2] == -args.format_penalty  # a gated plan scores -penalty whatever the blind Coder did
+
+
+def test_a_planner_run_with_the_blind_weight_logs_the_blind_pass_rate(tiny_model_dir, mbpp_path, tmp_path):
+    train.main(small(tiny_model_dir, tmp_path, "planner", mbpp_path, steps=1,
+                     extra=("--blind-weight", "1", "--eval-every", "0")))
+    m = read_metrics(tmp_path)[-1]
+    assert 0.0 <= m["blind_pass_rate"] <= 1.0 and m["t_blind"] > 0
 
 
 def test_reference_information_equals_a_naive_likelihood_difference(tiny_model_dir):
