@@ -13,9 +13,11 @@ Ends with one line `RESULT key=value ...`.
     python tests/bench/bench_blind_plans.py --results runs/eval/val-base --model DIR [--limit 90] [--generic 2]
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
@@ -25,16 +27,14 @@ import numpy as np  # noqa: E402
 import agents  # noqa: E402
 import data  # noqa: E402
 import sandbox  # noqa: E402
+import train  # noqa: E402
 from test_agents import CONTENT_FREE  # noqa: E402
 
 
-def blind_pass(model, tok, pool, problems, plans, max_new_tokens):
-    """Pass (bool) on the hidden tests of the blind Coder's greedy program from each (problem, plan)."""
-    prompts = [agents.coder_prompt(tok, agents.blind_problem(q), plan) for q, plan in zip(problems, plans)]
-    s = agents.sample(model, tok, prompts, max_new_tokens=max_new_tokens, temperature=0.0)
-    programs = [agents.extract_code(t, q.kind, q.entry_point) for q, t in zip(problems, s.texts)]
-    results = pool.run([agents.problem_job(q, prog, q.hidden_tests) for q, prog in zip(problems, programs)])
-    return np.array([r.verdict == "passed" for r in results])
+def blind_pass(run, problems, plans):
+    """Pass (bool) on the hidden tests of the blind Coder's greedy program from each (problem, plan): training's own
+    train.blind_pass_rates, so the bench measures exactly what --blind-weight adds."""
+    return np.array([r == 1.0 for r in train.blind_pass_rates(run, problems, plans)])
 
 
 def main():
@@ -56,9 +56,11 @@ def main():
     own = [rows[q.id]["plan"] for q in problems]
     other = own[1:] + own[:1]
     with sandbox.SandboxPool(args.workers) as pool:
-        b_own = blind_pass(model, tok, pool, problems, own, args.max_new_tokens)
-        b_other = blind_pass(model, tok, pool, problems, other, args.max_new_tokens)
-        b_gen = np.array([blind_pass(model, tok, pool, problems, [plan] * len(problems), args.max_new_tokens)
+        run = SimpleNamespace(args=SimpleNamespace(max_new_tokens=args.max_new_tokens, stop_on_failure=False),
+                              tokenizer=tok, model=model, pool=pool, agent=lambda role: contextlib.nullcontext())
+        b_own = blind_pass(run, problems, own)
+        b_other = blind_pass(run, problems, other)
+        b_gen = np.array([blind_pass(run, problems, [plan] * len(problems))
                           for plan in CONTENT_FREE[:args.generic]])  # (K, N)
     sighted = np.array([rows[q.id]["verdict"] == "passed" for q in problems])
     when = {k: b_own[m].mean() if m.any() else float("nan") for k, m in (("passed", sighted), ("failed", ~sighted))}
