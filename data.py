@@ -70,7 +70,7 @@ class Problem:
     time_limit_s: float = 4.0
     memory_limit_mb: int = 1024
     reference: str = ""     # a reference solution where the benchmark ships one (MBPP's `code`): never shown to a
-                            # model; train.py --info-weight scores plans by the Coder's likelihood of it
+                            # model
 
 
 # ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ------------------------

@@ -83,9 +83,6 @@ def reward_planner(results, outputs, G, M, args):
     pr = [[r.pass_rate for r in results[g * M:(g + 1) * M]] for g in range(G)]
     cpu = [[r.cpu_s for r in results[g * M:(g + 1) * M]] for g in range(G)]
     out = rewards.planner_rewards(pr, cpu)
-    if args.info_weight:
-        # The dense plan-information term (reference_information), before the gate: a gated plan scores -penalty.
-        out = [r + args.info_weight * max(-1.0, min(1.0, o["info"])) for r, o in zip(out, outputs)]
     if args.blind_weight:  # what the plan alone lets the Coder write (blind_pass_rates), before the gate
         out = [r + args.blind_weight * o["blind"] for r, o in zip(out, outputs)]
     if STAGES[args.stage].get("format_gate") and args.format_gate:
@@ -203,12 +200,6 @@ def grpo_flags(p):
     p.add_argument("--cut-penalty", type=float, default=0.1,
                    help="deducted from the reward of a thought that ran into --plan-max-new-tokens but is well formed "
                         "as far as it went: it is scored by its code, not failed as malformed (rewards.format_gated)")
-    p.add_argument("--info-weight", type=float, default=0.0,
-                   help="stage planner, benchmarks with reference solutions (MBPP): add this times the plan's "
-                        "information gain (train.reference_information: the frozen Coder's mean log-likelihood per "
-                        "token of the reference solution given the plan, minus given a content-free plan; clipped to "
-                        "+-1). A dense signal that pays nothing for an empty plan. our choice: 0 (off) until it is "
-                        "measured in training; one forward pass per plan, no sampling")
     p.add_argument("--blind-weight", type=float, default=0.0,
                    help="stage planner, MBPP-like benchmarks (no starter code): add this times the pass rate of a "
                         "program the frozen Coder writes greedily from the plan with the statement hidden "
@@ -319,10 +310,10 @@ def check_args(args):
     if args.top_p < 1:
         fail("--top-p < 1 is not supported in training: the loss's log-probs are those of the full "
              "softmax(logits / T), not of the truncated distribution the tokens would be drawn from")
-    if min(args.adv_std_floor, args.cut_penalty, args.info_weight, args.blind_weight) < 0:
-        fail("--adv-std-floor, --cut-penalty, --info-weight and --blind-weight must be >= 0")
-    if (args.info_weight or args.blind_weight) and args.stage != "planner":
-        fail("--info-weight and --blind-weight score Planner thoughts: they need --stage planner")
+    if min(args.adv_std_floor, args.cut_penalty, args.blind_weight) < 0:
+        fail("--adv-std-floor, --cut-penalty and --blind-weight must be >= 0")
+    if args.blind_weight and args.stage != "planner":
+        fail("--blind-weight scores Planner thoughts: it needs --stage planner")
     if args.split in ("test", "validation", args.eval_split) and args.stage != "toy" and not args.allow_held_out_split:
         why = ("is also the --eval-split, so the held-out evaluation would measure training problems"
                if args.split == args.eval_split else
@@ -1050,13 +1041,6 @@ def rollout_and_score(run, batch, generators):
     if planner:  # the gate's verdict on the plan exactly as the Coder saw it, and whether its sample hit the budget
         for o in outputs:
             o["verdict"] = agents.plan_check(o["plan"], cut=o.get("planner_cut", False))
-    if args.info_weight and outputs:
-        show(run, "plan information: reference log-likelihoods")
-        t0 = time.time()
-        gains = reference_information(run, [p for p in group_probs for _ in range(G)], [o["plan"] for o in outputs])
-        for o, g in zip(outputs, gains):
-            o["info"] = g
-        times["t_info"] = seconds_since(t0, run.device)
     if args.blind_weight and outputs:
         show(run, f"blind Coder: {len(outputs)} programs from the plans alone")
         t0 = time.time()
@@ -1092,7 +1076,8 @@ def blind_pass_rates(run, problems, plans):
     frozen Coder's greedy program written from the plan with the statement hidden (agents.blind_problem). A plan
     that says nothing leaves the Coder only the public examples, the same for every plan of the group, so the
     group's advantages come from what the plans say. our choice, the direct form of "score a plan by what it tells
-    the Coder": execution, not a likelihood of one reference program (--info-weight)."""
+    the Coder": execution (a likelihood of MBPP's one reference program, tried before, was measured not to agree
+    with execution)."""
     args, tok = run.args, run.tokenizer
     prompts = [agents.coder_prompt(tok, agents.blind_problem(p), plan) for p, plan in zip(problems, plans)]
     with run.agent("coder"):
@@ -1102,42 +1087,6 @@ def blind_pass_rates(run, problems, plans):
     results = run.pool.run([agents.problem_job(p, prog, p.hidden_tests, stop_on_failure=args.stop_on_failure)
                             for p, prog in zip(problems, programs)])
     return [r.pass_rate for r in results]
-
-
-def reference_information(run, problems, plans):
-    """The Planner's dense information signal (--info-weight): for each (problem, plan), the frozen Coder's mean log
-    p(token) of the problem's reference solution, written as the Coder's answer (a fenced program), given the problem
-    and the plan, minus the same given agents.CONTENT_FREE_PLAN. > 0: the plan makes the reference more likely than a
-    plan that says nothing; an empty or generic plan earns ~0 whatever the Coder then writes. One forward pass per
-    plan (plus one per problem), no sampling. A problem without a reference gets 0.
-
-    our choice, with its known bias: one reference among the many right programs (a plan for another correct
-    algorithm scores low), hence an opt-in term added to the execution reward, not a replacement (the idea of
-    rewarding a reference's likelihood under the model's own reasoning is VeriFree, arXiv:2505.21493)."""
-    args, tok = run.args, run.tokenizer
-    uniq = list({p.id: p for p in problems if p.reference}.values())
-    rows = [(p, plan) for p, plan in zip(problems, plans) if p.reference] + \
-        [(p, agents.CONTENT_FREE_PLAN) for p in uniq]  # the content-free baseline: once per problem
-    if not rows:
-        return [0.0] * len(plans)
-    means = []
-    with torch.no_grad(), run.agent("coder"):
-        run.model.eval()
-        for a in range(0, len(rows), args.micro_batch):
-            part = rows[a:a + args.micro_batch]
-            prompts = tok([agents.coder_prompt(tok, p, plan) for p, plan in part], padding=True, padding_side="left",
-                          add_special_tokens=False, return_tensors="pt")
-            answers = tok([f"```python\n{p.reference}\n```" for p, _ in part], padding=True, padding_side="right",
-                          add_special_tokens=False, return_tensors="pt")
-            ids = torch.cat([prompts["input_ids"], answers["input_ids"]], 1).to(run.device)  # (mb, P+T)
-            am = torch.cat([prompts["attention_mask"], answers["attention_mask"]], 1).to(run.device)  # (mb, P+T)
-            lp = grpo.token_logprobs(run.model, ids, am, prompts["input_ids"].shape[1], chunk=args.logprob_chunk)
-            mask = answers["attention_mask"].to(lp)  # (mb, T)
-            means += ((lp * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
-    n = len(rows) - len(uniq)
-    base = {p.id: m for p, m in zip(uniq, means[n:])}
-    it = iter(means[:n])
-    return [next(it) - base[p.id] if p.reference else 0.0 for p in problems]
 
 
 def micro_batches(samples, size):
@@ -1294,7 +1243,7 @@ def log_evaluate_checkpoint(run, m):
         show(run, f"held-out eval on {len(run.eval_set)} problems")
         m.update(held_out_eval(run, done))
     # What a step buys per hour of its own time (held-out eval excluded; seconds summed over ranks).
-    m["t_step"] = sum(m.get(k, 0.0) for k in ("t_sample", "t_execute", "t_info", "t_blind", "t_reference",
+    m["t_step"] = sum(m.get(k, 0.0) for k in ("t_sample", "t_execute", "t_blind", "t_reference",
                                                "t_learn"))
     m["informative_per_hour"] = 3600 * m["informative_groups"] / max(m["t_step"], 1e-9)
     if not run.lead:

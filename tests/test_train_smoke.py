@@ -425,39 +425,6 @@ def test_a_planner_run_with_the_blind_weight_logs_the_blind_pass_rate(tiny_model
     assert 0.0 <= m["blind_pass_rate"] <= 1.0 and m["t_blind"] > 0
 
 
-def test_reference_information_equals_a_naive_likelihood_difference(tiny_model_dir):
-    import contextlib
-    from types import SimpleNamespace
-
-    import torch
-
-    import agents
-    from data import Problem
-
-    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
-    ref = "def add(a, b):\n    return a + b"
-    p = Problem(id="mbpp/1", bench="mbpp", statement="Add two numbers.", kind="assert",
-                public_tests=["assert add(1, 2) == 3"], hidden_tests=["assert add(1, 2) == 3"], entry_point="add",
-                reference=ref)
-    q = Problem(id="mbpp/2", bench="mbpp", statement="No reference here.", kind="assert",
-                public_tests=["assert f(1) == 1"], hidden_tests=["assert f(1) == 1"], entry_point="f")
-    run = SimpleNamespace(args=SimpleNamespace(micro_batch=2, logprob_chunk=7), tokenizer=tok, model=model,
-                          device=torch.device("cpu"), agent=lambda role: contextlib.nullcontext())
-    plans = ["Input/Output: two ints; their sum.\nSteps: 1. Return a + b.", agents.CONTENT_FREE_PLAN, "anything"]
-    gains = train.reference_information(run, [p, p, q], plans)
-
-    def naive(plan):  # one unpadded sequence, full logits
-        prompt = tok(agents.coder_prompt(tok, p, plan), add_special_tokens=False)["input_ids"]
-        answer = tok(f"```python\n{ref}\n```", add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt + answer])).logits[0, len(prompt) - 1:-1]
-        return logits.log_softmax(-1).gather(1, torch.tensor(answer)[:, None]).mean().item()
-
-    assert gains[0] == pytest.approx(naive(plans[0]) - naive(agents.CONTENT_FREE_PLAN), abs=1e-4)
-    assert gains[1] == pytest.approx(0.0, abs=1e-4)  # the content-free plan carries no information by definition
-    assert gains[2] == 0.0  # no reference solution: no signal
-
-
 def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
     with pytest.raises(SystemExit) as e:
         train.get_args(["--stage", "nope"])
