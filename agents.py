@@ -1089,6 +1089,22 @@ def plan_check(plan, cut=False, min_steps=1, min_content=3):
     return "cut" if cut and len(reached) < len(PLAN_SECTIONS) else "ok"
 
 
+def plan_stats(plans, cut=None, prefix=""):
+    """Format of a batch of thoughts (the plan-collapse watch; train.py's logs and evaluate.py's summary): share with
+    all four parts, with a copied placeholder, passing the gate (plan_check "ok" or "cut"), whose sample ran into the
+    token budget, content-free; mean length in characters. cut: whether each plan's sample hit the budget (default:
+    none did)."""
+    if not plans:
+        return {}
+    cut = cut or [False] * len(plans)
+    verdicts = [plan_check(p, cut=c) for p, c in zip(plans, cut)]
+    stats = {"plan_parts_frac": [len(plan_sections(p)) == 4 for p in plans],
+             "plan_placeholder_frac": [bool(plan_placeholders(p)) for p in plans],
+             "plan_ok_frac": [v in ("ok", "cut") for v in verdicts], "plan_cut_frac": cut,
+             "plan_content_free_frac": [v == "content-free" for v in verdicts], "plan_chars": [len(p) for p in plans]}
+    return {prefix + k: sum(map(float, v)) / len(v) for k, v in stats.items()}
+
+
 # The control plan of evaluate.py's content-free-plan method: one fixed text for every problem, well formed and
 # saying nothing about the problem. Plan information = pass@1(own plan) - pass@1(this plan): what the Planner's plans
 # tell the Coder beyond the problem itself. The format gate refuses it (plan_check: "content-free").

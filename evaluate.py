@@ -138,6 +138,10 @@ def method_metrics(records: list, n: int) -> dict:
     out["cpu_ms"] = sum(s["cpu_ms"] for s in passing) / len(passing) if passing else None
     out["peak_mb"] = sum(s["peak_mb"] for s in passing) / len(passing) if passing else None
     out["wall_s"] = sum(r.get("wall_s", 0.0) for r in records)
+    # Methods that write a plan: its format (agents.plan_stats), so a trained Planner's plans are compared with the
+    # untrained one's on the same problems, including how many ran into --plan-max-new-tokens.
+    samples = [s for r in records for s in r["samples"] if s.get("plan")]
+    out.update(agents.plan_stats([s["plan"] for s in samples], [bool(s.get("plan_cut")) for s in samples]))
     return out
 
 
@@ -261,7 +265,7 @@ def all_row_names() -> list:
 def format_table(summary: dict, n: int) -> str:
     """Plain-text, aligned comparison table; rates in percent, '-' where a value does not apply."""
     cols = ["method", "problems", "pass@1%"] + (["pass@5%"] if n >= 5 else []) + \
-        ["apr%", "cpu_ms", "peak_mb", "cg%", "info%", "wall_s"]
+        ["apr%", "cpu_ms", "peak_mb", "cg%", "info%", "cut%", "wall_s"]
 
     def cell(v, scale=1.0, fmt="{:.1f}"):
         return "-" if v is None else fmt.format(scale * v)
@@ -272,7 +276,8 @@ def format_table(summary: dict, n: int) -> str:
         if n >= 5:
             row.append(cell(m.get("pass@5"), 100))
         row += [cell(m["apr"], 100), cell(m["cpu_ms"], fmt="{:.2f}"), cell(m["peak_mb"], fmt="{:.2f}"),
-                cell(m.get("cg"), 100, "{:+.1f}"), cell(m.get("plan_info"), 100, "{:+.1f}"), cell(m["wall_s"])]
+                cell(m.get("cg"), 100, "{:+.1f}"), cell(m.get("plan_info"), 100, "{:+.1f}"),
+                cell(m.get("plan_cut_frac"), 100), cell(m["wall_s"])]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     # Method names left-aligned, numbers right-aligned: columns of figures line up on the decimal point.

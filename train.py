@@ -440,22 +440,6 @@ def eval_key(method):
     return "eval_pass1_" + method.replace("-", "_")
 
 
-def plan_stats(plans, cut=None, prefix=""):
-    """Format of a batch of thoughts (the plan-collapse watch): share with all four parts, with a copied placeholder,
-    passing the gate (agents.plan_check "ok" or "cut"), cut at the token budget, content-free; mean length in
-    characters. cut: whether each plan's sample hit the budget (default: none did)."""
-    if not plans:
-        return {}
-    cut = cut or [False] * len(plans)
-    verdicts = [agents.plan_check(p, cut=c) for p, c in zip(plans, cut)]
-    return {prefix + "plan_parts_frac": float(np.mean([len(agents.plan_sections(p)) == 4 for p in plans])),
-            prefix + "plan_placeholder_frac": float(np.mean([bool(agents.plan_placeholders(p)) for p in plans])),
-            prefix + "plan_ok_frac": float(np.mean([v in ("ok", "cut") for v in verdicts])),
-            prefix + "plan_cut_frac": float(np.mean(cut)),
-            prefix + "plan_content_free_frac": float(np.mean([v == "content-free" for v in verdicts])),
-            prefix + "plan_chars": float(np.mean([len(p) for p in plans]))}
-
-
 def efficiency_only_frac(reward_list, keys, G):
     """The fraction of groups whose advantages come from the efficiency bonus alone: rewards not all equal, while
     everything else a reward looks at (pass rate, format: `keys`, one per trained output) is equal in the group."""
@@ -532,7 +516,7 @@ def held_out_eval(run, step):
             rows += new
             passed = [r["passed"] for r in new]
             if method == helper and helper != "direct":
-                out.update(plan_stats([r["plan"] for r in new], [r["plan_cut"] for r in new], prefix="eval_"))
+                out.update(agents.plan_stats([r["plan"] for r in new], [r["plan_cut"] for r in new], prefix="eval_"))
         out[eval_key(method)] = sum(passed) / max(1, len(passed))
         now = dict(zip((p.id for p in problems), passed))  # {task_id: passed}, for the paired tests
         start = at_start.get(method) if method == helper else None
@@ -984,7 +968,7 @@ def grpo_step(run, step, m):
         m["lr"] = run.optimizer.param_groups[0]["lr"]
         m.update(summed(grpo.gather(times)))
         return
-    m.update(plan_stats(step_all["plans"], step_all["cut"]))
+    m.update(agents.plan_stats(step_all["plans"], step_all["cut"]))
     if STAGES[args.stage]["reward"] != "toy":
         m["pass_rate"] = float(np.mean(step_all["pass_rates"]))
         m["all_pass_frac"] = float(np.mean(step_all["passed"]))

@@ -83,6 +83,20 @@ def test_summarize_plan_info_is_own_plan_minus_content_free_plan_with_paired_cou
     assert "plan_info" not in evaluate.summarize({"planner-coder": own}, n=1)["planner-coder"]
 
 
+def test_summarize_reports_the_plans_format_and_share_cut_at_the_budget_for_methods_with_plans():
+    good = ("Input/Output: a list of ints; their sum.\nSteps: 1. Add every number to a running total.\n"
+            "Conditions: an empty list sums to 0.\nLoops: over the list once.")
+    recs = [rec("a", ["passed"]), rec("b", ["failed"])]
+    recs[0]["samples"][0].update(plan=good, plan_cut=True)
+    recs[1]["samples"][0].update(plan=evaluate.agents.CONTENT_FREE_PLAN, plan_cut=False)
+    s = evaluate.summarize({"planner-coder": recs, "direct": [rec("a", ["passed"])]}, n=1)
+    assert s["planner-coder"]["plan_cut_frac"] == 0.5
+    assert s["planner-coder"]["plan_ok_frac"] == 0.5 and s["planner-coder"]["plan_content_free_frac"] == 0.5
+    assert "plan_cut_frac" not in s["direct"]  # no plans, no plan statistics
+    table = evaluate.format_table(s, n=1)
+    assert "cut%" in table and "50.0" in table.splitlines()[2]
+
+
 def test_paired_counts_only_the_problems_both_have():
     assert evaluate.paired({"a": True, "b": False, "c": True}, {"a": False, "b": True, "z": False}) == \
         {"problems": 2, "a_passed": 1, "b_passed": 1, "gained": 1, "lost": 1, "p": 1.0}
