@@ -69,8 +69,6 @@ class Problem:
     # 4 s), per test for functional and stdio (see each loader, and load()'s time_factor).
     time_limit_s: float = 4.0
     memory_limit_mb: int = 1024
-    reference: str = ""     # a reference solution where the benchmark ships one (MBPP's `code`): never shown to a
-                            # model
 
 
 # ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ------------------------
@@ -348,8 +346,7 @@ def _mbpp_problem(rec, challenge):
         # The first test is shown in the prompt (standard MBPP prompting) so the model learns the
         # function's name and signature; scoring still uses every test, that one included.
         public_tests=tests[:1], hidden_tests=tests, setup=setup,
-        entry_point=entry_point_from_test(tests[0], code=rec.get("code") or "", setup=setup),
-        reference=(rec.get("code") or "").replace("\r\n", "\n").strip())
+        entry_point=entry_point_from_test(tests[0], code=rec.get("code") or "", setup=setup))
 
 
 def _mbpp_overlap_keys(rec):
