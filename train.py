@@ -351,6 +351,7 @@ def time_estimate(args, n_eval, on_cpu, fp32):
     chain = STAGES[args.stage]["chain"]
     budget = sum(args.plan_max_new_tokens if agents.ROLES[r]["budget"] == "plan" else args.max_new_tokens
                  for r in chain)
+    budget += args.max_new_tokens if args.blind_weight else 0  # the blind Coder writes one more program a row
     step_s = STEP_FIXED_S + ROW_S * args.problems_per_step * args.group_size * budget / ROW_BUDGET
     helper = eval_method(args)
     per = evaluate.CPU_SECONDS_PER_PROBLEM  # at evaluate.py's default budgets, 256 + 512 tokens

@@ -312,6 +312,8 @@ def test_the_estimate_is_printed_before_the_run_and_scales_with_the_work():
     half = train.get_args(["--stage", "planner", "--num-steps", "100", "--eval-every", "0"])
     assert estimated_seconds(train.time_estimate(half, 0, True, False)) < estimated_seconds(line) / 2
     assert estimated_seconds(train.time_estimate(recipe, 20, True, True)) > 2 * estimated_seconds(line)  # fp32
+    blind = train.get_args(["--stage", "planner", "--blind-weight", "1"])  # one more program a row
+    assert estimated_seconds(train.time_estimate(blind, 20, True, False)) > 1.2 * estimated_seconds(line)
     tiny = train.get_args(["--stage", "toy", "--num-steps", "1", "--problems-per-step", "1", "--group-size", "2",
                            "--max-new-tokens", "8", "--eval-every", "0"])
     small_run = train.time_estimate(tiny, 0, True, False)
