@@ -61,7 +61,8 @@ PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan", "planner-coder-plain
 # row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
 # listed keep whatever adapter was given. Ablation rows get no CG: direct coding runs with the given Coder adapter,
 # which is the right baseline only for some of the combinations.
-ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "mapcoder": ("retriever", "debugger")}
+ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "planner-coder-plain": ("planner", "coder"),
+                "mapcoder": ("retriever", "debugger")}
 
 # Settings that change what a results file measures. A resumed run must match them exactly; the rest
 # (--limit, --method, --batch-size, --workers, --device, --out) may change between runs.
@@ -545,7 +546,7 @@ def parse_args(argv=None):
     p.add_argument("--ablate", action="store_true",
                    help="adapter ablation on the same problems: planner-coder (with --adapter planner=P --adapter "
                         "coder=C) runs as four rows planner-coder[planner+coder], [planner] (w/o Coder RL), [coder] "
-                        "(w/o Planner RL), [base]; likewise mapcoder with retriever and debugger adapters. Works "
+                        "(w/o Planner RL), [base]; likewise planner-coder-plain, and mapcoder with retriever and debugger adapters. Works "
                         "with --method all; ablation rows have no CG")
     p.add_argument("--seed", type=int, default=0,
                    help="base seed; each chunk uses seed + index of its first problem (default: %(default)s)")

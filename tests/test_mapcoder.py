@@ -464,6 +464,16 @@ def test_plan_rows_ablation_names_and_adapters_off():
         evaluate.result_rows(["planner-coder"], True, {"planner"})
 
 
+def test_plain_prompt_rows_ablate_like_planner_coder():
+    # the no-skeleton Planner (train.py --planner-prompt plain) is evaluated as planner-coder-plain: its ablation
+    # must give the same four combinations, with no row left un-ablated
+    rows = evaluate.result_rows(["planner-coder-plain"], True, {"planner", "coder"})
+    assert [(name, off) for name, _, off in rows] == [
+        ("planner-coder-plain[planner+coder]", set()), ("planner-coder-plain[planner]", {"coder"}),
+        ("planner-coder-plain[coder]", {"planner"}), ("planner-coder-plain[base]", {"planner", "coder"})]
+    assert "planner-coder-plain[coder]" in evaluate.all_row_names()
+
+
 def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
     model, _ = agents.load_model(tiny_model_dir, dtype="float32")
     import grpo
