@@ -546,8 +546,8 @@ def parse_args(argv=None):
     p.add_argument("--ablate", action="store_true",
                    help="adapter ablation on the same problems: planner-coder (with --adapter planner=P --adapter "
                         "coder=C) runs as four rows planner-coder[planner+coder], [planner] (w/o Coder RL), [coder] "
-                        "(w/o Planner RL), [base]; likewise planner-coder-plain, and mapcoder with retriever and debugger adapters. Works "
-                        "with --method all; ablation rows have no CG")
+                        "(w/o Planner RL), [base]; likewise planner-coder-plain, and mapcoder with retriever and "
+                        "debugger adapters. Works with --method all; ablation rows have no CG")
     p.add_argument("--seed", type=int, default=0,
                    help="base seed; each chunk uses seed + index of its first problem (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=8,
