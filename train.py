@@ -643,6 +643,24 @@ CURVES = (  # (panel title, metrics keys drawn in it)
 )
 
 
+def curve_series(rows):
+    """[(panel title, {label: [(step, value), ...]})] for every panel of CURVES, from the rows of metrics.jsonl; a
+    panel whose keys no row has gets {} (the held-out panel of a run with --eval-every 0)."""
+    panels = []
+    for title, keys in CURVES:
+        if keys is None:
+            keys = sorted({k.removesuffix("_start") for r in rows for k in r
+                           if k.startswith("eval_pass1_") or k.startswith("eval_cg")})
+        series = {}
+        for key in keys:
+            pts = [(0, r[key + "_start"]) for r in rows if key + "_start" in r]
+            pts += [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if pts:
+                series[key.replace("eval_pass1_", "pass@1 ").replace("eval_", "")] = pts
+        panels.append((title, series))
+    return panels
+
+
 def plot_curves(run_dir):
     """Draw <run_dir>/curves.png from <run_dir>/metrics.jsonl: the training signals and the held-out pass@1 of both
     methods and CG against step. Returns the PNG's path, or None (with a note) when matplotlib is not installed."""
@@ -658,21 +676,16 @@ def plot_curves(run_dir):
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     fig, axes = plt.subplots(2, 4, figsize=(18, 7.5))
-    for ax, (title, keys) in zip(axes.flat, CURVES):
-        if keys is None:
-            keys = sorted({k.removesuffix("_start") for r in rows for k in r
-                           if k.startswith("eval_pass1_") or k.startswith("eval_cg")})
-        for key in keys:
-            pts = [(0, r[key + "_start"]) for r in rows if key + "_start" in r]
-            pts += [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-            if pts:
-                ax.plot(*zip(*pts), marker="o" if title.startswith("held-out") else None, markersize=4,
-                        label=key.replace("eval_pass1_", "pass@1 ").replace("eval_", ""))
+    for ax, (title, series) in zip(axes.flat, curve_series(rows)):
+        for label, pts in series.items():
+            ax.plot(*zip(*pts), marker="o" if title.startswith("held-out") else None, markersize=4, label=label)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if ax.lines:
+        if series:
             ax.legend(fontsize=8)
+        else:  # say so rather than leave an empty frame that reads as a drawing bug
+            ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center", transform=ax.transAxes)
     axes.flat[-1].axis("off")
     fig.tight_layout()
     out = os.path.join(run_dir, "curves.png")

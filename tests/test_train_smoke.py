@@ -255,6 +255,18 @@ def test_plot_redraws_curves_from_metrics(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_curve_series_leave_held_out_panel_empty_without_evals():
+    rows = [{"step": 1, "pass_rate": 0.2}, {"step": 2, "pass_rate": 0.4}]
+    panels = dict(train.curve_series(rows))
+    assert panels["held-out pass@1 and CG"] == {} and panels["pass rate of the programs"] == {
+        "pass_rate": [(1, 0.2), (2, 0.4)]}
+
+
+def test_curve_series_put_start_evals_at_step_zero():
+    rows = [{"step": 1, "eval_pass1_direct_start": 0.3, "eval_pass1_direct": 0.5}]
+    assert dict(train.curve_series(rows))["held-out pass@1 and CG"] == {"pass@1 direct": [(0, 0.3), (1, 0.5)]}
+
+
 def test_plot_without_metrics_is_one_error_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         train.main(["--plot", str(tmp_path)])
