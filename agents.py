@@ -143,9 +143,14 @@ def load_model(name_or_path, device=None, dtype=None):
     is_local = os.path.exists(path)
     if not sys.stderr.isatty():  # in a log file transformers' "Loading weights" bar is one 5 KB line of redraws
         transformers.utils.logging.disable_progress_bar()
+    torch_dtype = resolve_dtype(dtype, device)
+    if str(device).startswith("cpu") and torch_dtype in (torch.bfloat16, torch.float16) and not cpu_has_bf16():
+        # An explicit --dtype bfloat16 on such a CPU works, only slowly: one line so a slow run is not a mystery.
+        print(f"note: this CPU has no native bf16 (avx512_bf16 / AMX): {torch_dtype} is emulated here and runs slower "
+              "than float32 (--dtype auto picks float32)", file=sys.stderr)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=offline)
     # What a corrupt or absent checkpoint raises in transformers / huggingface_hub (their errors subclass these)
     # and safetensors (its own class); turn it into one line and keep the cause chained.
     except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:

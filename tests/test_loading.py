@@ -26,6 +26,13 @@ def test_dtype_can_be_overridden(tiny_model_dir):
     assert next(model.parameters()).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_emulated_bf16_on_cpu_is_named_in_one_line(tiny_model_dir, monkeypatch, capsys, native):
+    monkeypatch.setattr(agents, "cpu_has_bf16", lambda: native)
+    agents.load_model(tiny_model_dir, device="cpu", dtype="bf16")
+    assert ("no native bf16" in capsys.readouterr().err) == (not native)
+
+
 def test_resolve_dtype_defaults_and_bad_name():
     cpu_auto = torch.bfloat16 if agents.cpu_has_bf16() else torch.float32
     assert agents.resolve_dtype(None, "cpu") == cpu_auto
