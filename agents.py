@@ -7,7 +7,7 @@ Sections, in reading order:
   3. Roles: the prompt of each role (Planner, Coder, CoT, SCoT, repair; MapCoder's Retriever, Planner, Debugger).
   4. Extraction: completion -> plan (`clean_plan`), program (`extract_code`), retrieval, confidence.
   5. Pipelines: `run_method` (direct, cot, scot, planner-coder and its controls content-free-plan / other-plan,
-     reflexion, mapcoder), `problem_job`, `ROLES`.
+     given-plan, reflexion, mapcoder), `problem_job`, `ROLES`.
 
 Not a serving engine (no continuous batching, paged attention or beam search), never a loss or a gradient (sampling
 runs under torch.no_grad() inside `sample`, never as a decorator, so the model stays trainable), never scoring
@@ -1535,6 +1535,15 @@ def other_plan(model, tokenizer, problems, n, temperature, max_new_tokens, plan_
     return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
 
 
+def given_plan(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, plans=None, **_):
+    """The Coder given plans written elsewhere (evaluate.py --plans-from: another model's Planner, an earlier run):
+    plans[i] holds problem i's n (plan, cut) pairs, one program each. It puts the same plans in front of another
+    Coder, so what a plan says is measured apart from who wrote it (e.g. a larger Planner for the 0.5B Coder)."""
+    if plans is None or len(plans) != len(problems) or any(len(ps) != n for ps in plans):
+        raise ValueError("given-plan needs n plans per problem (evaluate.py --plans-from FILE)")
+    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
+
+
 def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
     """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
 
@@ -1677,6 +1686,7 @@ METHODS = {
     "planner-coder-plain": planner_coder_plain,
     "content-free-plan": content_free_plan,
     "other-plan": other_plan,
+    "given-plan": given_plan,
     "reflexion": reflexion,
     "mapcoder": mapcoder,
 }
@@ -1684,7 +1694,7 @@ METHODS = {
 
 def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
                seed=0, agent=None, pool=None, repair_rounds=2, mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T,
-               donors=None):
+               donors=None, plans=None):
     """Run one inference method on problems: n Attempts per problem, in problem order.
 
     method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
@@ -1692,7 +1702,8 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
     adapter ("planner", "coder"; "retriever", "debugger" for mapcoder), e.g. `lambda role:
     grpo.use_adapter(model, names[role])`; default: the base model plays every role. pool: a sandbox.SandboxPool
     for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars,
-    debug rounds per plan. donors: other-plan's plan source per problem. The caller chunks the problems
+    debug rounds per plan. donors: other-plan's plan source per problem. plans: given-plan's n (plan, cut) pairs
+    per problem. The caller chunks the problems
     (evaluate.py's --batch-size) to bound memory.
     """
     if method not in METHODS:
@@ -1701,7 +1712,8 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
     return METHODS[method](model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
                            plan_max_new_tokens=plan_max_new_tokens, generator=generator,
                            agent=agent or (lambda role: contextlib.nullcontext()), pool=pool,
-                           repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t, donors=donors)
+                           repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t, donors=donors,
+                           plans=plans)
 
 
 # The roles as train.py's rollout sees them, one entry per role: how to prompt it given the problem and what the roles

@@ -50,12 +50,14 @@ DEFAULT_METHODS = ("direct", "planner-coder", "content-free-plan")
 
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
 # A plain dict so later methods add one line.
-CG_BASELINE = {"planner-coder": "direct", "planner-coder-plain": "direct", "mapcoder": "direct"}
+CG_BASELINE = {"planner-coder": "direct", "planner-coder-plain": "direct", "given-plan": "direct", "mapcoder": "direct"}
 
 # Plan information: pass@1 with the Planner's own plans minus pass@1 with one fixed content-free plan
 # (agents.CONTENT_FREE_PLAN), on the same problems: what the plans tell the Coder beyond the problem itself. A Planner
 # can raise planner-coder pass@1 toward direct coding by saying less; only plan information > 0 shows plans that help.
-PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan", "planner-coder-plain": "content-free-plan"}
+# given-plan: the plans of another run (--plans-from, e.g. a larger Planner's) in front of this Coder.
+PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan", "planner-coder-plain": "content-free-plan",
+                      "given-plan": "content-free-plan"}
 
 # --ablate: the roles whose trained adapters a method's ablation switches on and off. Each combination is its own
 # row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
@@ -319,6 +321,8 @@ def default_out_dir(args) -> str:
         # Adapter dirs are often named just "planner" / "coder": a short hash of their content keeps trained runs
         # apart from the base model's and from each other; paths and digests are in settings.json.
         name += "-a" + hashlib.sha1("\n".join(adapters).encode()).hexdigest()[:8]
+    if getattr(args, "plans_from", None) and os.path.isfile(args.plans_from):
+        name += "-p" + file_digest(args.plans_from)  # given-plan: which plans (by content)
     return os.path.join("runs", "eval", name)
 
 
@@ -380,7 +384,7 @@ def read_records(path: str) -> list:
 # caps; only for the rough estimate printed before a run. direct and planner-coder: the default run on all 500 MBPP
 # test problems (842 s + 2402 s); the others: README "What to expect" (50 problems, an older prompt set).
 CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-coder": 4.8, "planner-coder-plain": 4.8,
-                           "content-free-plan": 1.9, "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
+                           "content-free-plan": 1.9, "given-plan": 1.9, "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
 
 
 def duration(seconds: float) -> str:
@@ -464,7 +468,7 @@ def other_plan_donors(problems: list, chunk: list) -> list:
 
 def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, temperature=0.0, seed=0,
                       max_new_tokens=512, plan_max_new_tokens=256, repair_rounds=2, mapcoder_k=agents.MAPCODER_K,
-                      mapcoder_t=agents.MAPCODER_T, repeat=1, stop_on_failure=False, donors=None,
+                      mapcoder_t=agents.MAPCODER_T, repeat=1, stop_on_failure=False, donors=None, plans=None,
                       show=lambda text: None):
     """Run `method` on the problems (n attempts each) and judge every program on its problem's hidden tests, all
     of them in one pool.run (it spreads them over the workers). Returns one list of sample_record dicts per problem,
@@ -474,13 +478,14 @@ def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, t
         choice 1 by default because pass@k and APR do not need it (--timing-repeats when comparing cpu_ms).
     stop_on_failure: skip the tests after the first failing one (functional / stdio; pass@k stays exact).
     donors: other-plan only, the problem whose plan each problem's Coder gets (`other_plan_donors`).
+    plans: given-plan only, each problem's n (plan, cut) pairs.
     """
     show(f"generating {len(problems)} problems x n={n}")
     t0 = time.perf_counter()
     attempts = agents.run_method(method, model, tokenizer, problems, n=n, temperature=temperature,
                                  max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, seed=seed,
                                  agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
-                                 mapcoder_t=mapcoder_t, donors=donors) if problems else []
+                                 mapcoder_t=mapcoder_t, donors=donors, plans=plans) if problems else []
     t1 = time.perf_counter()
     show(f"executing {sum(map(len, attempts))} programs")
     jobs = [agents.problem_job(p, a.program, p.hidden_tests, repeat=repeat, stop_on_failure=stop_on_failure)
@@ -516,7 +521,12 @@ def parse_args(argv=None):
                         f"(default: {' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). "
                         "content-free-plan: the Coder given one fixed plan that says nothing; other-plan: the Coder "
                         "given the plan of the next problem in the list; planner-coder-plain: the Planner asked for "
-                        "the four parts by name, without the skeleton (a format control)")
+                        "the four parts by name, without the skeleton (a format control); given-plan: the Coder "
+                        "given the plans of another run (--plans-from; 'all' includes it only then)")
+    p.add_argument("--plans-from", default=None, metavar="FILE",
+                   help="given-plan: a <row>.jsonl of an earlier run whose samples carry plans (e.g. "
+                        "planner-coder-plain of a larger model, the same split, n and problems); this run's Coder "
+                        "writes one program from each of them")
     # --- model and adapters ---
     p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL, metavar="DIR",
                    help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
@@ -580,6 +590,10 @@ def parse_args(argv=None):
                 "> 0 (e.g. 0.8) to sample")
     if "all" in args.method:
         args.method = ["all"]
+    if args.plans_from and not {"given-plan", "all"} & set(args.method):
+        p.error("--plans-from is read only by --method given-plan")
+    if "given-plan" in args.method and not args.plans_from:
+        p.error("--method given-plan needs --plans-from FILE (the <row>.jsonl of a run whose samples carry plans)")
     return args
 
 
@@ -597,6 +611,46 @@ def load_problems(args) -> list:
     return problems
 
 
+def file_digest(path: str) -> str:
+    """A short hash of a file's content."""
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:8]
+
+
+def load_given_plans(path: str, problems: list, n: int) -> dict:
+    """given-plan's plans: {problem id: [(plan, cut)] * n} from the <row>.jsonl of an earlier run, for every problem
+    evaluated here. One UsageError line when the file cannot give each of them n plans."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--plans-from {path}: no such file; pass the <row>.jsonl of a run with plans, e.g. "
+                         "runs/eval/X/planner-coder-plain.jsonl")
+    by_id = {r["id"]: [(s.get("plan", ""), bool(s.get("plan_cut"))) for s in r["samples"]]
+             for r in read_records(path)}
+    if not any(plan for pairs in by_id.values() for plan, _ in pairs):
+        raise UsageError(f"--plans-from {path}: its samples carry no plans (a row of a method that writes one, "
+                         "e.g. planner-coder-plain)")
+    missing = [p.id for p in problems if p.id not in by_id]
+    if missing:
+        raise UsageError(f"--plans-from {path}: no plans for {len(missing)} of the {len(problems)} problems (first: "
+                         f"{', '.join(map(str, missing[:3]))}); evaluate the same split and --limit as that run")
+    wrong = [p.id for p in problems if len(by_id[p.id]) != n]
+    if wrong:
+        raise UsageError(f"--plans-from {path}: problem {wrong[0]} has {len(by_id[wrong[0]])} plans, this run "
+                         f"asks for n = {n}; pass the -n of that run")
+    return {p.id: by_id[p.id] for p in problems}
+
+
+def check_given_plans(path: str, given: dict) -> None:
+    """On a resume of the given-plan row, refuse results made from other plans: the results are keyed on the plans'
+    text (each sample stores the plan it was coded from), not on the --plans-from path."""
+    for r in read_records(path):
+        if r["id"] in given and [s.get("plan", "") for s in r["samples"]] != [plan for plan, _ in given[r["id"]]]:
+            raise UsageError(f"{path} holds results for other plans (problem {r['id']}) than --plans-from gives; "
+                             "pass a different --out or delete that file")
+
+
 def writable_out_dir(out_dir: str) -> None:
     """The out dir must be writable before a minute goes into loading the model. Nothing is created here: a run that
     never starts (a bad --model, nothing to resume) leaves no directory behind; the run makes it when it first
@@ -610,10 +664,11 @@ def writable_out_dir(out_dir: str) -> None:
         raise UsageError(f"--out {out_dir}: not writable; pass another --out")
 
 
-def evaluate_row(name, method, todo, problems, args, model, tokenizer, agent, pool, path):
+def evaluate_row(name, method, todo, problems, args, model, tokenizer, agent, pool, path, given=None):
     """Step 5 for one row: generate + execute its remaining problems chunk by chunk. Each chunk's lines are appended
     and flushed at once, so a killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size
-    problems per rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order."""
+    problems per rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order.
+    given: given-plan's plans per problem id (load_given_plans)."""
     rank, world = grpo.rank_and_world()
     # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
     bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc=name, unit="problem",
@@ -628,7 +683,8 @@ def evaluate_row(name, method, todo, problems, args, model, tokenizer, agent, po
             plan_max_new_tokens=args.plan_max_new_tokens, repair_rounds=args.repair_rounds,
             mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t, repeat=args.timing_repeats,
             stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True),
-            donors=other_plan_donors(problems, chunk) if method == "other-plan" else None)
+            donors=other_plan_donors(problems, chunk) if method == "other-plan" else None,
+            plans=[given[p.id] for _, p in chunk] if method == "given-plan" else None)
         # Per-problem share of the chunk's time (generation is batched across problems).
         k = max(1, len(chunk))
         share = dict(gen_s=gen_s / k, exec_s=exec_s / k, wall_s=(gen_s + exec_s) / k)
@@ -672,6 +728,8 @@ def run(args) -> str:
     """Steps 1-6 of the evaluation; returns the path of summary.json (None on ranks > 0). Raises UsageError on bad
     inputs, before anything is written."""
     methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
+    if not args.plans_from:
+        methods = [m for m in methods if m != "given-plan"]  # 'all' without plans to give
     args.adapters = parse_adapters(args.adapter)
     out_dir = args.out or default_out_dir(args)
     # 1. Everything that can be wrong is checked before anything is printed or written: the out dir, the settings of
@@ -686,6 +744,9 @@ def run(args) -> str:
     problems = load_problems(args)
     if "other-plan" in methods and len(problems) < 2:
         raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
+    given = load_given_plans(args.plans_from, problems, args.n) if "given-plan" in methods else None
+    if given:
+        check_given_plans(os.path.join(out_dir, "given-plan.jsonl"), given)
     rank, world = grpo.rank_and_world()
     say = print if rank == 0 else (lambda *a, **k: None)  # under torchrun rank 0 speaks for all
     say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
@@ -726,7 +787,7 @@ def run(args) -> str:
         for name, method, off in rows:
             agent = make_agent(model, loaded - off) if model is not None else None
             evaluate_row(name, method, todo[name], problems, args, model, tokenizer, agent, pool,
-                         os.path.join(out_dir, f"{name}.jsonl"))
+                         os.path.join(out_dir, f"{name}.jsonl"), given=given)
     # 6. Summary (rank 0 writes it).
     return write_summary(out_dir, problems, args) if rank == 0 else None
 

@@ -336,6 +336,27 @@ def test_other_plan_refuses_a_problem_as_its_own_donor(tiny):
         roles.run_method("other-plan", model, tok, [assert_problem(0)], **TOKENS)
 
 
+def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(tiny, monkeypatch):
+    model, tok = tiny
+    calls = _record_sample(monkeypatch)
+    problems = [assert_problem(0), assert_problem(1)]
+    given = [[("Plan A0", False), ("Plan A1", True)], [("Plan B0", False), ("Plan B1", False)]]
+    out = roles.run_method("given-plan", model, tok, problems, n=2, temperature=1.0, plans=given, **TOKENS)
+    assert len(calls) == 1 and calls[0][2] is None  # one Coder call, no Planner call (no plan stop strings)
+    assert [[(a.plan, a.plan_cut) for a in atts] for atts in out] == given
+    # Problem-major: problem i's prompts hold its own statement and its own plans.
+    assert all(f"(variant {k // 2})" in prompt and given[k // 2][k % 2][0] in prompt
+               for k, prompt in enumerate(calls[0][0]))
+
+
+def test_given_plan_refuses_plans_that_are_not_n_per_problem(tiny):
+    model, tok = tiny
+    with pytest.raises(ValueError, match="n plans per problem"):
+        roles.run_method("given-plan", model, tok, [assert_problem(0)], n=2, plans=[[("Plan", False)]], **TOKENS)
+    with pytest.raises(ValueError, match="n plans per problem"):
+        roles.run_method("given-plan", model, tok, [assert_problem(0)], n=1, **TOKENS)
+
+
 def test_a_plan_that_runs_into_the_budget_is_marked_cut(tiny):
     model, tok = tiny
     # The tiny random model never stops within 6 tokens (no EOS, no stop string): every plan is cut at the budget.

@@ -180,8 +180,9 @@ def test_method_all_exits_0_and_writes_every_method(all_run):
     assert rc == 0
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
-    assert set(summary) == set(evaluate.agents.METHODS)
-    for method in evaluate.agents.METHODS:
+    # 'all' = every method but given-plan, which needs --plans-from
+    assert set(summary) == set(evaluate.agents.METHODS) - {"given-plan"}
+    for method in set(evaluate.agents.METHODS) - {"given-plan"}:
         with open(os.path.join(out, f"{method}.jsonl")) as f:
             lines = [json.loads(line) for line in f]
         assert [len(r["samples"]) for r in lines] == [1, 1]
@@ -202,7 +203,8 @@ def test_summary_has_the_promised_keys(all_run):
 
 def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypatch):
     argv, out, _ = all_run
-    before = {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in evaluate.agents.METHODS}
+    rows = set(evaluate.agents.METHODS) - {"given-plan"}
+    before = {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in rows}
     capsys.readouterr()
 
     def no_loading(*a, **k):
@@ -212,7 +214,7 @@ def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypa
     monkeypatch.setattr(evaluate.agents, "load_model", no_loading)
     assert evaluate.main(argv) == 0
     assert "direct: skipped 2 done" in capsys.readouterr().out
-    assert {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in evaluate.agents.METHODS} == before
+    assert {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in rows} == before
 
 
 def test_resume_with_other_settings_is_refused(all_run, capsys):
@@ -221,6 +223,79 @@ def test_resume_with_other_settings_is_refused(all_run, capsys):
     assert evaluate.main(argv + ["--max-new-tokens", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "--out" in err and "max_new_tokens" in err and "\n" not in err
+
+
+def plans_file(path, ids, plans_per_problem=("Plan one.",)):
+    """A <row>.jsonl as an earlier run writes it, with only the fields given-plan reads."""
+    with open(path, "w") as f:
+        for pid in ids:
+            f.write(json.dumps({"id": pid, "samples": [{"plan": plan and f"{plan} ({pid})", "plan_cut": False}
+                                                       for plan in plans_per_problem]}) + "\n")
+    return str(path)
+
+
+def validation_ids(mbpp_path, limit=2):
+    return [p.id for p in evaluate.data.load("mbpp", path=mbpp_path, split="validation", limit=limit)]
+
+
+def test_given_plan_codes_from_the_plans_of_another_run(tiny_model_dir, mbpp_path, tmp_path):
+    base = FAST + ["--model", tiny_model_dir, "--data", mbpp_path]
+    assert evaluate.main(base + ["--method", "planner-coder-plain", "--out", str(tmp_path / "a")]) == 0
+    src = tmp_path / "a" / "planner-coder-plain.jsonl"
+    assert evaluate.main(base + ["--method", "given-plan", "content-free-plan", "--plans-from", str(src),
+                                 "--out", str(tmp_path / "b")]) == 0
+
+    def plans(path):
+        return {r["id"]: [(s["plan"], s["plan_cut"]) for s in r["samples"]] for r in evaluate.read_records(path)}
+
+    assert plans(str(tmp_path / "b" / "given-plan.jsonl")) == plans(str(src))
+    with open(tmp_path / "b" / "summary.json") as f:
+        row = json.load(f)["given-plan"]
+    assert row["plan_info_vs"] == "content-free-plan"
+
+
+@pytest.mark.parametrize("case, says", [
+    ("missing", "no such file"), ("no plans", "carry no plans"), ("fewer problems", "no plans for 1 of the 2"),
+    ("other n", "has 2 plans")])
+def test_bad_plans_from_is_one_error_line_before_the_model_loads(tiny_model_dir, mbpp_path, tmp_path, capsys,
+                                                                 monkeypatch, case, says):
+    ids = validation_ids(mbpp_path)
+    path = {"missing": str(tmp_path / "nothing.jsonl"),
+            "no plans": plans_file(tmp_path / "direct.jsonl", ids, ("",)),
+            "fewer problems": plans_file(tmp_path / "one.jsonl", ids[:1]),
+            "other n": plans_file(tmp_path / "two.jsonl", ids, ("Plan one.", "Plan two."))}[case]
+
+    def no_loading(*a, **k):
+        raise AssertionError("the model was loaded before the plans were checked")
+
+    monkeypatch.setattr(evaluate.agents, "load_model", no_loading)
+    argv = FAST + ["--method", "given-plan", "--plans-from", path, "--model", tiny_model_dir, "--data", mbpp_path,
+                   "--out", str(tmp_path / "out")]
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --plans-from") and says in err and "\n" not in err
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("flags, says", [(["--method", "given-plan"], "needs --plans-from"),
+                                         (["--method", "direct", "--plans-from", "x.jsonl"], "only by --method")])
+def test_given_plan_and_plans_from_come_together(flags, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        evaluate.parse_args(flags)
+    assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_resume_from_other_plans_is_refused(tiny_model_dir, mbpp_path, tmp_path, capsys):
+    ids = validation_ids(mbpp_path)
+    path = plans_file(tmp_path / "p.jsonl", ids)
+    argv = FAST + ["--method", "given-plan", "--plans-from", path, "--model", tiny_model_dir, "--data", mbpp_path,
+                   "--out", str(tmp_path / "out")]
+    assert evaluate.main(argv) == 0
+    plans_file(tmp_path / "p.jsonl", ids, ("Another plan.",))  # the same path, other plans
+    capsys.readouterr()
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "other plans" in err and "\n" not in err
 
 
 def planner_adapter_run(tiny_model_dir, mbpp_path, tmp_path):
