@@ -167,6 +167,18 @@ def load_model(name_or_path, device=None, dtype=None):
     return model, tokenizer
 
 
+def load_second_model(name_or_path, tokenizer, device=None, dtype=None):
+    """A second base model for one role beside load_model's (train.py / evaluate.py --planner-model: e.g. a larger
+    Planner for a smaller Coder). Every prompt, stop and decode uses the first model's `tokenizer`, so the second
+    must tokenize and template chat the same way (Qwen2.5-Coder 0.5B and 1.5B do): ValueError otherwise."""
+    model, own = load_model(name_or_path, device=device, dtype=dtype)
+    probe = ("system", "user: def f(x): return x\n")
+    if own.get_vocab() != tokenizer.get_vocab() or chat_prompt(own, *probe) != chat_prompt(tokenizer, *probe):
+        raise ValueError(f"{name_or_path!r} tokenizes or templates chat differently from the first model: the two "
+                         "roles must share one tokenizer (use models of one family, e.g. Qwen2.5-Coder 1.5B and 0.5B)")
+    return model
+
+
 # ----------------------------------------------------------------------------------------------------
 # 2. Sampling. Token choice is a pure function of the logits (`filter_logits`, `sample_token`); the model side
 #    follows gpt-fast: prefill once per prompt, expand the cache to the group, decode n tokens one at a time.
@@ -1469,8 +1481,8 @@ def _one_shot(prompt_fn, keep_reasoning):
         # CoT / SCoT write their thought and the code in one answer: give them the same total budget
         # as Planner (plan_max_new_tokens) + Coder (max_new_tokens) so the comparison is fair.
         budget = max_new_tokens + (plan_max_new_tokens if keep_reasoning else 0)
-        with agent("coder"):
-            texts = _generate(model, tokenizer, [prompt_fn(tokenizer, p) for p in problems], n, temperature, budget,
+        with agent("coder") as m:
+            texts = _generate(m, tokenizer, [prompt_fn(tokenizer, p) for p in problems], n, temperature, budget,
                               generator)
         return [[_code_attempt(t, p, reasoning_before_code(t) if keep_reasoning else "") for t in ts]
                 for p, ts in zip(problems, texts)]
@@ -1481,8 +1493,8 @@ def _one_shot(prompt_fn, keep_reasoning):
 
 def _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent, template=PLANNER_PROMPT):
     """n Planner thoughts per problem: plans[i][g] = (clean_plan of the completion, whether it was cut)."""
-    with agent("planner"):
-        raw, cut = _generate(model, tokenizer, [planner_prompt(tokenizer, p, template) for p in problems], n,
+    with agent("planner") as m:
+        raw, cut = _generate(m, tokenizer, [planner_prompt(tokenizer, p, template) for p in problems], n,
                              temperature, plan_max_new_tokens, generator, stop=list(PLANNER_STOP), with_cut=True)
     return [[(clean_plan(t), c) for t, c in zip(ts, cs)] for ts, cs in zip(raw, cut)]
 
@@ -1491,8 +1503,8 @@ def _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tok
     """One Coder program per plan: plans[i] are problem i's (plan, cut) pairs; returns the Attempts grouped the same
     way."""
     flat = [(p, plan, cut) for p, ps in zip(problems, plans) for plan, cut in ps]  # problem-major
-    with agent("coder"):
-        texts = _generate(model, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan, _ in flat], 1,
+    with agent("coder") as m:
+        texts = _generate(m, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan, _ in flat], 1,
                           temperature, max_new_tokens, generator)
     attempts = iter([_code_attempt(ts[0], p, plan, plan_cut=cut) for (p, plan, cut), ts in zip(flat, texts)])
     return [[next(attempts) for _ in ps] for ps in plans]
@@ -1603,8 +1615,8 @@ def reflexion(model, tokenizer, problems, n, temperature, max_new_tokens, genera
         if not failing:
             break
         prompts = [repair_prompt(tokenizer, problems[i], attempts[i][j].program, fb) for i, j, fb in failing]
-        with agent("coder"):
-            texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
+        with agent("coder") as m:
+            texts = _generate(m, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
         for (i, j, _), ts in zip(failing, texts):
             attempts[i][j] = _code_attempt(ts[0], problems[i], rounds=r)
         pending = [(i, j) for i, j, _ in failing]
@@ -1615,13 +1627,13 @@ def _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, 
                     agent, k):
     """MapCoder's stages 1-2: n retrievals per problem, then one plan per recalled exemplar (a single plan from the
     algorithm alone when none was parsed), ranked by confidence. -> runs [(problem index, plans)], problem-major."""
-    with agent("retriever"):
-        raw = _generate(model, tokenizer, [retriever_prompt(tokenizer, p, k) for p in problems], n, temperature,
+    with agent("retriever") as m:
+        raw = _generate(m, tokenizer, [retriever_prompt(tokenizer, p, k) for p in problems], n, temperature,
                         max_new_tokens, generator, stop=retriever_stop(k))
     runs = [(i, parse_retrieval(text, k=k)) for i, ts in enumerate(raw) for text in ts]
     plan_jobs = [(r, e) for r, (_, ret) in enumerate(runs) for e in (list(range(len(ret["exemplars"]))) or [None])]
-    with agent("planner"):
-        texts = _generate(model, tokenizer, [retrieval_planner_prompt(tokenizer, problems[runs[r][0]], runs[r][1], e)
+    with agent("planner") as m:
+        texts = _generate(m, tokenizer, [retrieval_planner_prompt(tokenizer, problems[runs[r][0]], runs[r][1], e)
                                              for r, e in plan_jobs],
                           1, temperature, plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
     rated = [[] for _ in runs]
@@ -1654,8 +1666,8 @@ def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_ma
             prompts = [coder_prompt(tokenizer, problem_of(r), plan_of(r)) if role == "coder" else
                        debugger_prompt(tokenizer, problem_of(r), state[r]["program"], state[r]["feedback"], plan_of(r))
                        for r in group]
-            with agent(role):
-                texts = _generate(model, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
+            with agent(role) as m:
+                texts = _generate(m, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
             for r, ts in zip(group, texts):
                 p = problem_of(r)
                 state[r].update(program=extract_code(ts[0], p.kind, p.entry_point), raw=ts[0])
@@ -1699,8 +1711,8 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
 
     method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
     by all stages, so a run is reproducible. agent(role) -> a context manager that switches to that role's LoRA
-    adapter ("planner", "coder"; "retriever", "debugger" for mapcoder), e.g. `lambda role:
-    grpo.use_adapter(model, names[role])`; default: the base model plays every role. pool: a sandbox.SandboxPool
+    adapter ("planner", "coder"; "retriever", "debugger" for mapcoder) and yields the model that plays the role
+    (evaluate.make_agent: `model`, or a second base model for the Planner); default: `model` plays every role. pool: a sandbox.SandboxPool
     for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars,
     debug rounds per plan. donors: other-plan's plan source per problem. plans: given-plan's n (plan, cut) pairs
     per problem. The caller chunks the problems
@@ -1711,7 +1723,7 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     return METHODS[method](model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
                            plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-                           agent=agent or (lambda role: contextlib.nullcontext()), pool=pool,
+                           agent=agent or (lambda role: contextlib.nullcontext(model)), pool=pool,
                            repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t, donors=donors,
                            plans=plans)
 

@@ -72,9 +72,12 @@ ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "planner-coder-plain": ("
 # random stream; results stay valid samples of the same distribution, which is what pass@k needs.
 RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature", "max_new_tokens",
                    "plan_max_new_tokens", "seed", "repair_rounds", "mapcoder_k", "mapcoder_t", "timing_repeats",
-                   "adapters", "bench_option", "stop_on_failure")
+                   "adapters", "bench_option", "stop_on_failure", "planner_model")
 # What a results file made before a setting existed was made with (so it still resumes).
-SETTING_DEFAULTS = {"bench_option": [], "stop_on_failure": False}
+SETTING_DEFAULTS = {"bench_option": [], "stop_on_failure": False, "planner_model": None}
+
+# The methods in which the Planner writes (the ones --planner-model changes).
+PLANNER_METHODS = ("planner-coder", "planner-coder-plain", "other-plan", "mapcoder")
 
 
 class UsageError(Exception):
@@ -314,6 +317,8 @@ def default_out_dir(args) -> str:
     """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>-tok<plan budget>-<code budget>[-a<hash of the adapters'
     content>]: the settings a user changes most, so that changing one starts a new directory rather than an error."""
     model = os.path.basename(os.path.normpath(args.model))
+    if getattr(args, "planner_model", None):
+        model += "-planner-" + os.path.basename(os.path.normpath(args.planner_model))
     name = (f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
             f"-tok{args.plan_max_new_tokens}-{args.max_new_tokens}")
     adapters = [f"{role}={adapter_digest(d)}" for role, d in sorted(args.adapters.items()) if d]
@@ -331,7 +336,7 @@ def result_settings(args) -> dict:
     stored as one `<role>_adapter` key per role (the layout of results dirs made before --adapter existed)."""
     s = {k: getattr(args, k) for k in RESULT_SETTINGS if k != "adapters"}
     s.update({f"{r}_adapter": args.adapters.get(r) for r in ADAPTER_ROLES})
-    for k in ("data", "model") + tuple(f"{r}_adapter" for r in ADAPTER_ROLES):
+    for k in ("data", "model", "planner_model") + tuple(f"{r}_adapter" for r in ADAPTER_ROLES):
         if s[k] and os.path.exists(s[k]):
             s[k] = os.path.abspath(s[k])
     # The adapters' content decides the results; the path alone would let an overwritten adapter reuse old results.
@@ -438,13 +443,16 @@ def load_adapters(model, adapters: dict) -> set:
     return {role for role, directory in adapters.items() if directory}
 
 
-def make_agent(model, roles_with_adapter):
-    """agent(role) -> context manager: that role's LoRA adapter when one is loaded, else the bare base."""
+def make_agent(model, roles_with_adapter, planner_model=None):
+    """agent(role) -> context manager yielding the model that plays the role, with that role's LoRA adapter when one
+    is loaded, else the bare base. planner_model: a second base model for the Planner (--planner-model), else
+    `model` plays every role."""
 
     def agent(role):
+        base = planner_model if role == "planner" and planner_model is not None else model
         if role in roles_with_adapter:
-            return grpo.use_adapter(model, role)
-        return grpo.adapters_off(model)
+            return grpo.use_adapter(base, role)
+        return grpo.adapters_off(base)
 
     return agent
 
@@ -534,6 +542,11 @@ def parse_args(argv=None):
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=DIR",
                    help=f"a LoRA adapter dir (grpo.save_adapter / PEFT format) for one role, repeatable; ROLE is one "
                         f"of {', '.join(ADAPTER_ROLES)}; a role without one is the bare base model")
+    p.add_argument("--planner-model", default=None, metavar="DIR",
+                   help="a second base model (HF dir or hub id) that plays the Planner, e.g. a larger one for a "
+                        "smaller --model Coder; --adapter planner=DIR is then an adapter of it. It must share --model's "
+                        "tokenizer. CG and plan information stay against --model's Coder (default: --model plays "
+                        "every role)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
                    help="weights dtype; auto = bf16 on CUDA and on CPUs that compute bf16 natively "
@@ -737,10 +750,15 @@ def run(args) -> str:
     writable_out_dir(out_dir)
     settings_path = os.path.join(out_dir, "settings.json")
     check_settings(settings_path, result_settings(args))
-    try:
-        agents.check_model(args.model)
-    except (FileNotFoundError, ValueError) as e:
-        raise UsageError(f"--model: {e}") from None
+    for flag, name in (("--model", args.model), ("--planner-model", args.planner_model)):
+        try:
+            if name:
+                agents.check_model(name)
+        except (FileNotFoundError, ValueError) as e:
+            raise UsageError(f"{flag}: {e}") from None
+    if args.planner_model and not set(PLANNER_METHODS) & set(methods):
+        raise UsageError(f"--planner-model: none of the methods writes a plan (those that do: "
+                         f"{', '.join(PLANNER_METHODS)})")
     problems = load_problems(args)
     if "other-plan" in methods and len(problems) < 2:
         raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
@@ -767,12 +785,20 @@ def run(args) -> str:
 
     # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir before this
     # succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
-    model = tokenizer = None
+    model = tokenizer = planner_model = None
     loaded = set()
     if any(todo.values()):
         model, tokenizer = load_model_or_fail(args)
-        loaded = load_adapters(model, args.adapters)
-        say(f"model {args.model} on {next(model.parameters()).device} "
+        if args.planner_model:  # the Planner's adapter goes on the Planner's own base
+            try:
+                planner_model = agents.load_second_model(args.planner_model, tokenizer, args.device, args.dtype)
+            except (FileNotFoundError, ValueError) as e:
+                raise UsageError(f"--planner-model: {e}") from None
+            loaded = load_adapters(planner_model, {r: d for r, d in args.adapters.items() if r == "planner"})
+        loaded |= load_adapters(model, {r: d for r, d in args.adapters.items()
+                                        if r != "planner" or planner_model is None})
+        say(f"model {args.model}{f' (Planner: {args.planner_model})' if planner_model else ''} on "
+            f"{next(model.parameters()).device} "
             f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "
             f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
             f"(all arguments: {os.path.join(out_dir, 'args.json')})")
@@ -785,7 +811,7 @@ def run(args) -> str:
     # 5. Generate + execute, row by row; an ablation row's agent has every loaded adapter but those it switches off.
     with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
         for name, method, off in rows:
-            agent = make_agent(model, loaded - off) if model is not None else None
+            agent = make_agent(model, loaded - off, planner_model) if model is not None else None
             evaluate_row(name, method, todo[name], problems, args, model, tokenizer, agent, pool,
                          os.path.join(out_dir, f"{name}.jsonl"), given=given)
     # 6. Summary (rank 0 writes it).

@@ -4,7 +4,8 @@ What it is: `python train.py --stage planner` trains the Planner's LoRA adapter 
 `--stage coder` then trains the Coder's adapter under the trained, frozen Planner. The same recipe trains MapCoder's
 Retrieval agent (`--stage retriever`) and Debugging agent (`--stage debugger`, on problems whose Coder program fails
 a public test). Every agent is a named LoRA adapter on ONE base model in memory; the KL reference is that base with
-every adapter off (grpo.adapters_off), so no second copy exists. Rewards come only from running programs in the
+every adapter off (grpo.adapters_off), so no second copy exists. With --planner-model the Planner is an adapter on a
+second base of its own (e.g. a larger Planner for a smaller Coder), which is then the trained Planner's reference. Rewards come only from running programs in the
 sandbox (sandbox.py) and scoring the results (rewards.py). The stages differ only by an entry of the STAGES table.
 
 One step, read top to bottom from `train()` (grpo_step -> rollout_and_score + learn, log_evaluate_checkpoint):
@@ -129,6 +130,10 @@ def get_args(argv=None):
     p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL,
                    help=f"local HF model dir or hub id (default: $CORECODE_MODEL, else {agents.DEFAULT_MODEL}, "
                         "downloaded by transformers on first use)")
+    p.add_argument("--planner-model", default=None, metavar="DIR",
+                   help="a second base model that plays the Planner (HF dir or hub id, sharing --model's tokenizer), "
+                        "e.g. Qwen2.5-Coder-1.5B-Instruct for a 0.5B Coder: its LoRA adapter is the one trained in "
+                        "stage planner (KL to this base) and frozen in stage coder. Default: --model plays every role")
     p.add_argument("--device", default=None, help="cuda / cpu / cuda:1 ... (default: cuda when available)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
                    help="weights dtype (default: auto = bf16 on CUDA and on CPUs with native bf16, else fp32)")
@@ -314,6 +319,9 @@ def check_args(args):
         fail("--adv-std-floor, --cut-penalty and --blind-weight must be >= 0")
     if args.blind_weight and args.stage != "planner":
         fail("--blind-weight scores Planner thoughts: it needs --stage planner")
+    if args.planner_model and "planner" not in STAGES[args.stage]["chain"]:
+        fail(f"--planner-model: stage {args.stage} has no Planner (stages with one: "
+             f"{', '.join(s for s, d in STAGES.items() if 'planner' in d['chain'])})")
     if args.split in ("test", "validation", args.eval_split) and args.stage != "toy" and not args.allow_held_out_split:
         why = ("is also the --eval-split, so the held-out evaluation would measure training problems"
                if args.split == args.eval_split else
@@ -385,12 +393,13 @@ def public_failures(probs, ctxs, pool):
     return [p for p, _ in kept], [c for _, c in kept]
 
 
-def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=None, show=lambda text: None):
+def rollout(stage, tokenizer, problems, args, generators, agent, pool=None, show=lambda text: None):
     """Returns (Samples of the trained role, one row per (group, g)), the leaves: a (problem, context) per
     (group, g, m), in that order, and the groups' problems. A context dict holds each role's parsed output ("plan",
     "program", ...). A stage with needs_public_failure keeps only the problems whose upstream program fails a public
     test (`pool` runs them), so there may be fewer groups than problems; with none left it returns (None, [], [], []).
-    generators: one torch.Generator per problem; every row descending from a problem draws from it.
+    generators: one torch.Generator per problem; every row descending from a problem draws from it. agent(role): the
+    context in which a role acts, yielding its model (evaluate.make_agent).
     show(text) reports progress (role, rows, tokens so far) to the caller's progress bar."""
     stage_def = STAGES[stage]
     # A context carries its problem's generator ("_gen") and the Planner prompt's name; a group's rows share them.
@@ -417,8 +426,8 @@ def rollout(stage, model, tokenizer, problems, args, generators, agent, pool=Non
         budget = args.plan_max_new_tokens if role_def["budget"] == "plan" else args.max_new_tokens
         what = f"sampling {role}: {len(prompts) * k} x <= {budget} tokens"
         show(what)
-        with agent(role):
-            s = agents.sample(model, tokenizer, prompts, group_size=k, max_new_tokens=budget, temperature=temperature,
+        with agent(role) as m:
+            s = agents.sample(m, tokenizer, prompts, group_size=k, max_new_tokens=budget, temperature=temperature,
                               top_p=args.top_p if role == stage_def["train"] else 1.0, stop=role_def["stop"],
                               generator=[c["_gen"] for c in ctxs], progress=lambda t, n: show(f"{what} ({t}/{n})"))
         probs = [p for p in probs for _ in range(k)]
@@ -725,10 +734,12 @@ def main(argv=None):
             fail(f"--dtype {args.dtype} gives float16 on {args.device}: training in fp16 needs loss scaling, which "
                  "train.py does not do; use --dtype bfloat16 or float32 (evaluate.py may use fp16)")
         # The model last among the cheap checks: a hub id costs a reachability probe of a few seconds.
-        try:
-            agents.check_model(args.model)
-        except (FileNotFoundError, ValueError) as e:
-            fail(f"--model: {e}")
+        for flag, name in (("--model", args.model), ("--planner-model", args.planner_model)):
+            try:
+                if name:
+                    agents.check_model(name)
+            except (FileNotFoundError, ValueError) as e:
+                fail(f"{flag}: {e}")
         with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
     except OSError as e:  # disk full, --out made read-only during the run, ... (before Exception, which re-raises)
@@ -801,7 +812,7 @@ class Run:
     world: int
     train_set: list
     eval_set: list
-    model: object
+    model: object                # the trained role's base model (with --planner-model, stage planner: the Planner's)
     tokenizer: object
     params: list                 # the trained adapter's parameters
     optimizer: object
@@ -818,6 +829,11 @@ class Run:
     @property
     def role(self):
         return STAGES[self.args.stage]["train"]
+
+    @property
+    def base_name(self):
+        """The trained adapter's base model, as its adapter_config.json names it."""
+        return self.args.planner_model if self.role == "planner" and self.args.planner_model else self.args.model
 
 
 def say(run, *lines, **kw):
@@ -873,37 +889,42 @@ def set_up(args, pool, rank, world):
         fp32 = agents.resolve_dtype(None if args.dtype == "auto" else args.dtype, args.device) == torch.float32
         print(time_estimate(args, len(eval_set), str(args.device).startswith("cpu"), fp32), flush=True)
 
-    # One base in memory, one named adapter per role.
+    # One base in memory, one named adapter per role (the Planner's on its own base with --planner-model).
+    dtype = None if args.dtype == "auto" else args.dtype
     try:
-        model, tokenizer = agents.load_model(args.model, device=args.device,
-                                             dtype=None if args.dtype == "auto" else args.dtype)
+        model, tokenizer = agents.load_model(args.model, device=args.device, dtype=dtype)
+        planner_model = agents.load_second_model(args.planner_model, tokenizer, args.device, dtype) \
+            if args.planner_model else None
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     device = next(model.parameters()).device
     if device.type != "cuda" and rank == 0:
         print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
               file=sys.stderr)
+    base_of = lambda r: planner_model if r == "planner" and planner_model is not None else model  # noqa: E731
+    policy = base_of(role)  # the trained role's base: its adapter learns, its bare weights are the KL reference
     try:
-        loaded = evaluate.load_adapters(model, args.adapters)
+        loaded = set().union(*(evaluate.load_adapters(base_of(r), {r: d}) for r, d in args.adapters.items()))
     except evaluate.UsageError as e:
         fail(str(e))
     if role not in loaded:
-        grpo.add_lora(model, role, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
+        grpo.add_lora(policy, role, r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
                       targets=tuple(t for t in args.lora_targets.split(",") if t))
     # Only the trained adapter learns; a loaded frozen one must not (add/load_lora mark all LoRA params trainable).
-    for p in model.parameters():
-        p.requires_grad_(False)
-    params = grpo.lora_parameters(model, role)
+    for m in {id(model): model, id(policy): policy}.values():
+        for p in m.parameters():
+            p.requires_grad_(False)
+    params = grpo.lora_parameters(policy, role)
     for p in params:
         p.requires_grad_(True)
     if grad_ckpt_on(args.grad_ckpt, device):
-        grpo.enable_checkpointing(model, True)
+        grpo.enable_checkpointing(policy, True)
 
     # AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs).
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.99))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup_steps)))
-    run = Run(args, pool, rank, world, train_set, eval_set, model, tokenizer, params, optimizer, scheduler, device,
-              agent=evaluate.make_agent(model, set(grpo.adapter_names(model))))
+    run = Run(args, pool, rank, world, train_set, eval_set, policy, tokenizer, params, optimizer, scheduler, device,
+              agent=evaluate.make_agent(model, loaded | {role}, planner_model))
 
     metrics_path = os.path.join(args.out, "metrics.jsonl")
     start = 0
@@ -927,6 +948,7 @@ def set_up(args, pool, rank, world):
              f"{args.problems_per_step} problems x G={args.group_size} | lr {args.lr:g} beta {args.beta:g} | "
              f"{len(train_set)} {args.bench}/{args.split} problems, eval on {len(eval_set)} {args.eval_split} | "
              f"out {args.out} (all arguments: args.json)" + (f" | {world} ranks" if world > 1 else "")
+             + (f" | Planner: {args.planner_model}" if planner_model is not None else "")
              + (f" | frozen adapters: {', '.join(frozen)}" if frozen else "")
              + (f" | starting from {role}={args.adapters[role]}" if args.adapters.get(role) else ""))
     return run, start
@@ -953,7 +975,7 @@ def train(args, pool, rank=0, world=1):
         final = os.path.join(args.out, "final")
         tmp = final + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        grpo.save_adapter(run.model, run.role, os.path.join(tmp, run.role), base_model_name_or_path=args.model)
+        grpo.save_adapter(run.model, run.role, os.path.join(tmp, run.role), base_model_name_or_path=run.base_name)
         with open(os.path.join(tmp, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=1)
         shutil.rmtree(final, ignore_errors=True)
@@ -1019,7 +1041,7 @@ def rollout_and_score(run, batch, generators):
     G, M = args.group_size, args.downstream_samples
     # ---- 1 sample
     t0 = time.time()
-    samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, run.model, run.tokenizer, batch, args,
+    samples, leaf_probs, leaf_ctxs, group_probs = rollout(args.stage, run.tokenizer, batch, args,
                                                           generators, run.agent, run.pool,
                                                           lambda text: show(run, text))
     times = {"t_sample": time.time() - t0}
@@ -1078,8 +1100,8 @@ def blind_pass_rates(run, problems, plans):
     with execution)."""
     args, tok = run.args, run.tokenizer
     prompts = [agents.coder_prompt(tok, agents.blind_problem(p), plan) for p, plan in zip(problems, plans)]
-    with run.agent("coder"):
-        s = agents.sample(run.model, tok, prompts, max_new_tokens=args.max_new_tokens, temperature=0.0,
+    with run.agent("coder") as m:
+        s = agents.sample(m, tok, prompts, max_new_tokens=args.max_new_tokens, temperature=0.0,
                           stop=agents.ROLES["coder"]["stop"])
     programs = [agents.extract_code(text, p.kind, p.entry_point) for p, text in zip(problems, s.texts)]
     results = run.pool.run([agents.problem_job(p, prog, p.hidden_tests, stop_on_failure=args.stop_on_failure)
@@ -1267,7 +1289,8 @@ def log_evaluate_checkpoint(run, m):
         plot_curves(args.out)
     # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
     if done % args.save_every == 0 or last:
-        save_checkpoint(args.out, done, run.model, run.role, run.optimizer, run.scheduler, args.keep_last, args.model)
+        save_checkpoint(args.out, done, run.model, run.role, run.optimizer, run.scheduler, args.keep_last,
+                        run.base_name)
 
 
 if __name__ == "__main__":

@@ -292,7 +292,7 @@ def test_planner_coder_one_sample_call_per_stage_and_plans_reach_coder(tiny, mon
     @contextlib.contextmanager
     def agent(role):
         roles_seen.append(role)
-        yield
+        yield model
 
     problems = [assert_problem(0), assert_problem(1)]
     out = roles.run_method("planner-coder", model, tok, problems, n=3, temperature=1.0, agent=agent, **TOKENS)
@@ -570,3 +570,30 @@ def test_a_plan_cut_at_the_budget_is_its_own_case_not_malformed():
 def test_plan_parts_splits_on_the_labels():
     parts = roles.plan_parts("Input/Output: a; b\nSteps: 1. do x\n2. do y\n**Conditions**: c\n4. Loops: d")
     assert parts == {"input/output": "a; b", "steps": "1. do x\n2. do y", "conditions": "c", "loops": "d"}
+
+
+def test_a_second_planner_model_writes_the_plans_and_the_first_codes_them(tiny, tiny_planner_model_dir):
+    """--planner-model: planner-coder with the Planner on a second base writes that base's own plans, and the first
+    model codes them exactly as given-plan would: each role runs on its own model, nothing else changes."""
+    import evaluate
+
+    model, tok = tiny
+    planner = roles.load_second_model(tiny_planner_model_dir, tok, device="cpu", dtype="float32")
+    problems = [assert_problem(0), assert_problem(1)]
+    kw = dict(n=1, temperature=0.0, max_new_tokens=8, plan_max_new_tokens=12)
+    pair = roles.run_method("planner-coder", model, tok, problems, agent=evaluate.make_agent(model, set(), planner),
+                            **kw)
+    alone = roles.run_method("planner-coder", planner, tok, problems, **kw)  # the second model in both roles
+    given = roles.run_method("given-plan", model, tok, problems, plans=[[(a.plan, a.plan_cut)] for a, in alone], **kw)
+    own = roles.run_method("planner-coder", model, tok, problems, **kw)  # the first model in both roles
+    assert [a.plan for a, in pair] == [a.plan for a, in alone] != [a.plan for a, in own]
+    assert [a.raw for a, in pair] == [a.raw for a, in given]
+
+
+def test_a_second_model_with_another_tokenizer_is_refused(tiny, tmp_path):
+    from tiny_model import build_tiny_model, build_tokenizer
+
+    other = build_tiny_model(str(tmp_path / "other"))
+    build_tokenizer(vocab_size=300).save_pretrained(other)  # the same weights, another vocabulary
+    with pytest.raises(ValueError, match="tokenizes or templates chat differently"):
+        roles.load_second_model(other, tiny[1], device="cpu", dtype="float32")

@@ -530,3 +530,26 @@ def test_a_log_file_gets_one_progress_line_per_chunk(tiny_model_dir, mbpp_path, 
     assert evaluate.main(argv) == 0
     out = capsys.readouterr().out  # not a terminal: no bar, a line per chunk
     assert "direct: 1/2 problems" in out and "direct: 2/2 problems" in out
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--method", "direct", "content-free-plan", "--planner-model", "PM"], "none of the methods writes a plan"),
+    (["--planner-model", "/nonexistent/planner"], "--planner-model: model not found"),
+])
+def test_a_planner_model_that_cannot_serve_is_one_error_line(tiny_model_dir, tiny_planner_model_dir, mbpp_path,
+                                                             tmp_path, capsys, extra, says):
+    extra = [tiny_planner_model_dir if w == "PM" else w for w in extra]
+    argv = FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path / "o"), *extra]
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err and not (tmp_path / "o").exists()
+
+
+def test_the_planner_model_decides_the_default_out_dir_and_the_settings(tiny_model_dir, tiny_planner_model_dir):
+    args = evaluate.parse_args(["--model", tiny_model_dir, "--planner-model", tiny_planner_model_dir])
+    args.adapters = {}
+    alone = evaluate.parse_args(["--model", tiny_model_dir])
+    alone.adapters = {}
+    assert evaluate.default_out_dir(args) != evaluate.default_out_dir(alone)
+    assert evaluate.result_settings(args)["planner_model"] == tiny_planner_model_dir
+    assert evaluate.result_settings(alone)["planner_model"] is None

@@ -239,7 +239,7 @@ def test_mapcoder_ranks_plans_debugs_t_rounds_then_tries_the_next_plan(tiny, mon
     @contextlib.contextmanager
     def agent(role):
         roles_seen.append(role)
-        yield
+        yield model
 
     out = agents.run_method("mapcoder", model, tok, [add_problem()], n=1, temperature=0.0, agent=agent, pool=object(),
                             mapcoder_k=3, mapcoder_t=2)
@@ -295,7 +295,7 @@ def test_mapcoder_tiny_model_end_to_end_never_leaks_hidden_tests(tiny, monkeypat
     @contextlib.contextmanager
     def agent(role):
         roles_seen.append(role)
-        yield
+        yield model
 
     problems = [add_problem(0), add_problem(1)]
     with sandbox.SandboxPool(1) as pool:
@@ -483,7 +483,7 @@ def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_pat
         grpo.save_adapter(model, role, str(tmp_path / role))
     used = []
     real = evaluate.make_agent
-    monkeypatch.setattr(evaluate, "make_agent", lambda m, roles: used.append(set(roles)) or real(m, roles))
+    monkeypatch.setattr(evaluate, "make_agent", lambda m, roles, pm: used.append(set(roles)) or real(m, roles, pm))
     argv = FAST + ["--method", "planner-coder", "--ablate", "--model", tiny_model_dir, "--data", mbpp_path,
                    "--adapter", f"planner={tmp_path / 'planner'}", "--adapter", f"coder={tmp_path / 'coder'}",
                    "--out", str(tmp_path / "out")]

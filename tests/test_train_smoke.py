@@ -474,3 +474,43 @@ def test_gradient_checkpointing_defaults_by_device_and_follows_the_flag():
     assert train.grad_ckpt_on(None, torch.device("cuda", 0)) and not train.grad_ckpt_on(None, torch.device("cpu"))
     assert train.grad_ckpt_on(True, torch.device("cpu")) and not train.grad_ckpt_on(False, torch.device("cuda", 0))
     assert train.get_args(["--stage", "planner", "--no-grad-ckpt"]).grad_ckpt is False
+
+
+def test_a_planner_model_of_its_own_is_trained_then_frozen_then_evaluated(tiny_model_dir, tiny_planner_model_dir,
+                                                                          mbpp_path, tmp_path):
+    """--planner-model: stage planner trains an adapter of the second base (its KL reference: the policy starts
+    equal to that base, so step 1's KL is 0), stage coder trains the Coder's under it, and evaluate.py runs the pair."""
+    import grpo
+
+    second = ("--planner-model", tiny_planner_model_dir)
+    train.main(small(tiny_model_dir, tmp_path / "p", "planner", mbpp_path, steps=1, extra=second))
+    planner = tmp_path / "p" / "final" / "planner"
+    assert json.load(open(planner / "adapter_config.json"))["base_model_name_or_path"] == tiny_planner_model_dir
+    assert read_metrics(tmp_path / "p")[0]["kl"] < 1e-6
+    grpo.load_adapter(agents.load_model(tiny_planner_model_dir, dtype="float32")[0], "planner", str(planner))
+    with pytest.raises(ValueError):  # wider layers than the Coder's base: it is the Planner base's adapter
+        grpo.load_adapter(agents.load_model(tiny_model_dir, dtype="float32")[0], "planner", str(planner))
+    train.main(small(tiny_model_dir, tmp_path / "c", "coder", mbpp_path, steps=1,
+                     extra=second + ("--adapter", f"planner={planner}")))
+    coder = tmp_path / "c" / "final" / "coder"
+    assert json.load(open(coder / "adapter_config.json"))["base_model_name_or_path"] == tiny_model_dir
+    assert evaluate.main(["--bench", "mbpp", "--data", mbpp_path, "--split", "validation", "--limit", "2",
+                          "--model", tiny_model_dir, *second, "--method", "planner-coder", "direct",
+                          "--max-new-tokens", "16", "--plan-max-new-tokens", "16", "--out", str(tmp_path / "e"),
+                          "--adapter", f"planner={planner}", "--adapter", f"coder={coder}"]) == 0
+    settings = json.load(open(tmp_path / "e" / "settings.json"))
+    assert settings["planner_model"] == tiny_planner_model_dir and "cg" in json.dumps(json.load(
+        open(tmp_path / "e" / "summary.json"))).lower()
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--stage", "direct", "--planner-model", "PM"], "stage direct has no Planner"),
+    (["--stage", "planner", "--planner-model", "/nonexistent/planner"], "--planner-model: model not found"),
+])
+def test_a_planner_model_that_cannot_serve_is_one_error_line(tiny_model_dir, tiny_planner_model_dir, mbpp_path,
+                                                             tmp_path, capsys, extra, says):
+    extra = [tiny_planner_model_dir if w == "PM" else w for w in extra]
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path / "o"), *extra])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and says in err and not (tmp_path / "o").exists()

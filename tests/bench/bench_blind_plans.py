@@ -57,7 +57,7 @@ def main():
     other = own[1:] + own[:1]
     with sandbox.SandboxPool(args.workers) as pool:
         run = SimpleNamespace(args=SimpleNamespace(max_new_tokens=args.max_new_tokens, stop_on_failure=False),
-                              tokenizer=tok, model=model, pool=pool, agent=lambda role: contextlib.nullcontext())
+                              tokenizer=tok, model=model, pool=pool, agent=lambda role: contextlib.nullcontext(model))
         b_own = blind_pass(run, problems, own)
         b_other = blind_pass(run, problems, other)
         b_gen = np.array([blind_pass(run, problems, [plan] * len(problems))
