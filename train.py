@@ -242,8 +242,8 @@ def optimisation_flags(p):
     p.add_argument("--logprob-chunk", type=int, default=256,
                    help="completion tokens per output-layer chunk (memory: one chunk x vocab float32 buffer)")
     p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
-                   help="gradient checkpointing of the decoder layers (default: on for CUDA, off on a CPU; see "
-                        "grad_ckpt_on)")
+                   help="gradient checkpointing of the decoder layers (default: on for CUDA, and on a CPU for a "
+                        "trained base of >= 1B parameters, else off; see grad_ckpt_on)")
     # LoRA
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
     p.add_argument("--lora-alpha", type=float, default=32, help="LoRA alpha (scaling = alpha / r)")
@@ -375,6 +375,7 @@ def time_estimate(args, n_eval, on_cpu, fp32):
     where = "fp32 without native bf16" if fp32 else "bf16"
     text = (f"estimate: ~{evaluate.duration(s)} (the 0.5B model on a 2-core CPU, {where}): {args.num_steps} steps of "
             f"~{step_s * factor:.0f} s + {evals} held-out evaluations of {n_eval} problems")
+    text += " (a larger --planner-model takes longer: not in this figure)" if args.planner_model else ""
     return text + ("" if on_cpu else " (the CPU figure: a GPU takes far less)")
 
 
@@ -848,11 +849,19 @@ def show(run, text):
         run.bar.set_postfix_str(text, refresh=True)
 
 
-def grad_ckpt_on(flag, device):
-    """--grad-ckpt, or by device when not given. our choice: on for CUDA, where memory bounds the batch; off on a CPU,
-    where a learning micro-batch of the recipe (8 rows x ~430 tokens, the 0.5B in fp32) ran in 0.82x the time without
-    it and peaked 2.6 GB higher (6.9 -> 9.5 GB resident), which a machine that holds the model in RAM can spare."""
-    return (device.type == "cuda") if flag is None else bool(flag)
+# Policies this large learn with gradient checkpointing on a CPU too: without it, Planner steps of the 1.5B
+# (--planner-model, fp32, 2 x G=4, 256 + 256 tokens) were killed for memory at a 24 GB peak.
+CPU_CKPT_PARAMS = 1e9
+
+
+def grad_ckpt_on(flag, device, n_params=0):
+    """--grad-ckpt, or by device and policy size when not given. our choice: on for CUDA, where memory bounds the
+    batch; on a CPU off for a policy under CPU_CKPT_PARAMS parameters: a learning micro-batch of the recipe (8 rows x
+    ~430 tokens, the 0.5B in fp32) ran in 0.82x the time without it and peaked 2.6 GB higher (6.9 -> 9.5 GB
+    resident), which a machine that holds the model in RAM can spare; a larger one's activations cannot be spared."""
+    if flag is not None:
+        return bool(flag)
+    return device.type == "cuda" or n_params >= CPU_CKPT_PARAMS
 
 
 def judged_in_parent(problems):
@@ -917,7 +926,7 @@ def set_up(args, pool, rank, world):
     params = grpo.lora_parameters(policy, role)
     for p in params:
         p.requires_grad_(True)
-    if grad_ckpt_on(args.grad_ckpt, device):
+    if grad_ckpt_on(args.grad_ckpt, device, sum(p.numel() for p in policy.parameters())):
         grpo.enable_checkpointing(policy, True)
 
     # AdamW over the trained adapter only; linear warm-up then constant (our choice: short runs).

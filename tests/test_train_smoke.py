@@ -473,6 +473,8 @@ def test_gradient_checkpointing_defaults_by_device_and_follows_the_flag():
     assert train.get_args(["--stage", "planner"]).grad_ckpt is None
     assert train.grad_ckpt_on(None, torch.device("cuda", 0)) and not train.grad_ckpt_on(None, torch.device("cpu"))
     assert train.grad_ckpt_on(True, torch.device("cpu")) and not train.grad_ckpt_on(False, torch.device("cuda", 0))
+    assert train.grad_ckpt_on(None, torch.device("cpu"), n_params=1.5e9)  # a 1.5B policy on a CPU: memory first
+    assert not train.grad_ckpt_on(None, torch.device("cpu"), n_params=0.5e9)
     assert train.get_args(["--stage", "planner", "--no-grad-ckpt"]).grad_ckpt is False
 
 
