@@ -1714,11 +1714,11 @@ def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new
     method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
     by all stages, so a run is reproducible. agent(role) -> a context manager that switches to that role's LoRA
     adapter ("planner", "coder"; "retriever", "debugger" for mapcoder) and yields the model that plays the role
-    (evaluate.make_agent: `model`, or a second base model for the Planner); default: `model` plays every role. pool: a sandbox.SandboxPool
-    for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's; mapcoder_k / _t: exemplars,
-    debug rounds per plan. donors: other-plan's plan source per problem. plans: given-plan's n (plan, cut) pairs
-    per problem. The caller chunks the problems
-    (evaluate.py's --batch-size) to bound memory.
+    (evaluate.make_agent: `model`, or a second base model for the Planner); default: `model` plays every role.
+    pool: a sandbox.SandboxPool for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's;
+    mapcoder_k / _t: exemplars, debug rounds per plan. donors: other-plan's plan source per problem. plans:
+    given-plan's n (plan, cut) pairs per problem. The caller chunks the problems (evaluate.py's --batch-size) to
+    bound memory.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")

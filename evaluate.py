@@ -432,12 +432,28 @@ def parse_adapters(pairs) -> dict:
     return adapters
 
 
-def load_adapters(model, adapters: dict) -> set:
-    """Load each given adapter under its role's name; returns the roles now carrying one."""
+def check_models(model, planner_model=None) -> None:
+    """--model and --planner-model (when given) can be loaded: one UsageError line naming the flag otherwise."""
+    for flag, name in (("--model", model), ("--planner-model", planner_model)):
+        try:
+            if name:
+                agents.check_model(name)
+        except (FileNotFoundError, ValueError) as e:
+            raise UsageError(f"{flag}: {e}") from None
+
+
+def base_for(role, model, planner_model=None):
+    """The base model a role runs on: planner_model (--planner-model) for the Planner when given, else `model`."""
+    return planner_model if role == "planner" and planner_model is not None else model
+
+
+def load_adapters(model, adapters: dict, planner_model=None) -> set:
+    """Load each given adapter under its role's name onto its role's base (base_for); returns the roles now carrying
+    one."""
     for role, directory in adapters.items():
         if directory:
             try:
-                grpo.load_adapter(model, role, directory)
+                grpo.load_adapter(base_for(role, model, planner_model), role, directory)
             except (FileNotFoundError, ValueError, KeyError) as e:  # e.g. an adapter trained on another base
                 raise UsageError(f"--adapter {role}={directory}: {e}") from None
     return {role for role, directory in adapters.items() if directory}
@@ -449,7 +465,7 @@ def make_agent(model, roles_with_adapter, planner_model=None):
     `model` plays every role."""
 
     def agent(role):
-        base = planner_model if role == "planner" and planner_model is not None else model
+        base = base_for(role, model, planner_model)
         if role in roles_with_adapter:
             return grpo.use_adapter(base, role)
         return grpo.adapters_off(base)
@@ -544,9 +560,9 @@ def parse_args(argv=None):
                         f"of {', '.join(ADAPTER_ROLES)}; a role without one is the bare base model")
     p.add_argument("--planner-model", default=None, metavar="DIR",
                    help="a second base model (HF dir or hub id) that plays the Planner, e.g. a larger one for a "
-                        "smaller --model Coder; --adapter planner=DIR is then an adapter of it. It must share --model's "
-                        "tokenizer. CG and plan information stay against --model's Coder (default: --model plays "
-                        "every role)")
+                        "smaller --model Coder; --adapter planner=DIR is then an adapter of it. It must share "
+                        "--model's tokenizer. CG and plan information stay against --model's Coder (default: "
+                        "--model plays every role)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
                    help="weights dtype; auto = bf16 on CUDA and on CPUs that compute bf16 natively "
@@ -750,12 +766,7 @@ def run(args) -> str:
     writable_out_dir(out_dir)
     settings_path = os.path.join(out_dir, "settings.json")
     check_settings(settings_path, result_settings(args))
-    for flag, name in (("--model", args.model), ("--planner-model", args.planner_model)):
-        try:
-            if name:
-                agents.check_model(name)
-        except (FileNotFoundError, ValueError) as e:
-            raise UsageError(f"{flag}: {e}") from None
+    check_models(args.model, args.planner_model)
     if args.planner_model and not set(PLANNER_METHODS) & set(methods):
         raise UsageError(f"--planner-model: none of the methods writes a plan (those that do: "
                          f"{', '.join(PLANNER_METHODS)})")
@@ -789,14 +800,12 @@ def run(args) -> str:
     loaded = set()
     if any(todo.values()):
         model, tokenizer = load_model_or_fail(args)
-        if args.planner_model:  # the Planner's adapter goes on the Planner's own base
+        if args.planner_model:
             try:
                 planner_model = agents.load_second_model(args.planner_model, tokenizer, args.device, args.dtype)
             except (FileNotFoundError, ValueError) as e:
                 raise UsageError(f"--planner-model: {e}") from None
-            loaded = load_adapters(planner_model, {r: d for r, d in args.adapters.items() if r == "planner"})
-        loaded |= load_adapters(model, {r: d for r, d in args.adapters.items()
-                                        if r != "planner" or planner_model is None})
+        loaded = load_adapters(model, args.adapters, planner_model)
         say(f"model {args.model}{f' (Planner: {args.planner_model})' if planner_model else ''} on "
             f"{next(model.parameters()).device} "
             f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "

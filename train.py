@@ -5,8 +5,9 @@ What it is: `python train.py --stage planner` trains the Planner's LoRA adapter 
 Retrieval agent (`--stage retriever`) and Debugging agent (`--stage debugger`, on problems whose Coder program fails
 a public test). Every agent is a named LoRA adapter on ONE base model in memory; the KL reference is that base with
 every adapter off (grpo.adapters_off), so no second copy exists. With --planner-model the Planner is an adapter on a
-second base of its own (e.g. a larger Planner for a smaller Coder), which is then the trained Planner's reference. Rewards come only from running programs in the
-sandbox (sandbox.py) and scoring the results (rewards.py). The stages differ only by an entry of the STAGES table.
+second base of its own (e.g. a larger Planner for a smaller Coder), which is then the trained Planner's reference.
+Rewards come only from running programs in the sandbox (sandbox.py) and scoring the results (rewards.py). The
+stages differ only by an entry of the STAGES table.
 
 One step, read top to bottom from `train()` (grpo_step -> rollout_and_score + learn, log_evaluate_checkpoint):
     1 sample     frozen roles before the trained one write once per problem, the trained role samples a group of G,
@@ -735,12 +736,10 @@ def main(argv=None):
             fail(f"--dtype {args.dtype} gives float16 on {args.device}: training in fp16 needs loss scaling, which "
                  "train.py does not do; use --dtype bfloat16 or float32 (evaluate.py may use fp16)")
         # The model last among the cheap checks: a hub id costs a reachability probe of a few seconds.
-        for flag, name in (("--model", args.model), ("--planner-model", args.planner_model)):
-            try:
-                if name:
-                    agents.check_model(name)
-            except (FileNotFoundError, ValueError) as e:
-                fail(f"{flag}: {e}")
+        try:
+            evaluate.check_models(args.model, args.planner_model)
+        except evaluate.UsageError as e:
+            fail(str(e))
         with sandbox.SandboxPool(workers=args.workers) as pool:
             train(args, pool, rank, world)
     except OSError as e:  # disk full, --out made read-only during the run, ... (before Exception, which re-raises)
@@ -910,10 +909,9 @@ def set_up(args, pool, rank, world):
     if device.type != "cuda" and rank == 0:
         print(f"note: running on {device.type} (no CUDA): this works but is slow; use a GPU for real runs",
               file=sys.stderr)
-    base_of = lambda r: planner_model if r == "planner" and planner_model is not None else model  # noqa: E731
-    policy = base_of(role)  # the trained role's base: its adapter learns, its bare weights are the KL reference
+    policy = evaluate.base_for(role, model, planner_model)  # its adapter learns, its bare weights: the KL reference
     try:
-        loaded = set().union(*(evaluate.load_adapters(base_of(r), {r: d}) for r, d in args.adapters.items()))
+        loaded = evaluate.load_adapters(model, args.adapters, planner_model)
     except evaluate.UsageError as e:
         fail(str(e))
     if role not in loaded:
