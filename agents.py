@@ -241,7 +241,7 @@ class Samples:
 def _forward_kwargs(model, cache):
     """This model's forward keywords for the cache (transformers 5.0 says past_key_values, later 5.x cache)."""
     params = inspect.signature(model.forward).parameters
-    kwargs = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
+    kwargs = {grpo.cache_keyword(model): cache, "use_cache": True}
     if "logits_to_keep" in params:
         # Only the last position goes through the output layer: with a 152k vocabulary the full
         # (B, S, V) prefill logits would be the largest tensor of the whole rollout.

@@ -452,6 +452,14 @@ def prepared_mask_ok(model):
             and all(t == "full_attention" for t in layer_types))
 
 
+def cache_keyword(model):
+    """The name `model.forward` takes its KV cache by: past_key_values in transformers 5.0-5.2x, cache later (the
+    old name is then deprecated). Passing the wrong one is silent: it lands in **kwargs and the cache is ignored."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _length_buckets(lengths, min_saving=0.15):
     """Rows sorted by completion length, cut once where that saves the most padding, if it saves >= min_saving.
 
@@ -484,9 +492,9 @@ def _shared_prompt_hidden(body, ids, am, P, rows, n):
     # Query i sees real keys j <= i. A left-pad query would see none (a fully masked row: NaN in some SDPA kernels,
     # also in backward), so pads see themselves; their outputs are never read.
     p_mask = (causal & p_am[:, None, :]) | torch.eye(P, dtype=torch.bool, device=device)  # (n, P, P)
-    capture = _PromptKV()
+    capture, kw = _PromptKV(), cache_keyword(body)
     p_hidden = body(input_ids=p_ids, attention_mask={"full_attention": p_mask[:, None]}, position_ids=p_pos,
-                    cache=capture, use_cache=False).last_hidden_state  # (n, P, H)
+                    use_cache=False, **{kw: capture}).last_hidden_state  # (n, P, H)
     prompt_len, completion_len = p_am.long().sum(-1), am[:, P:].sum(-1)  # (n,), (B,)
     h = p_hidden.new_zeros(B, ids.shape[1] - P, p_hidden.shape[-1])  # (B, T, H); past a row's bucket: never scored
     for bucket in _length_buckets(completion_len):
@@ -497,7 +505,7 @@ def _shared_prompt_hidden(body, ids, am, P, rows, n):
                             torch.ones(Tb, Tb, dtype=torch.bool, device=device).tril().expand(b, Tb, Tb)],
                            dim=2)  # (b, Tb, P+Tb)
         c_hidden = body(input_ids=ids[bucket, P:P + Tb], attention_mask={"full_attention": c_mask[:, None]},
-                        position_ids=c_pos, cache=_PromptKV(capture.kv, r), use_cache=False).last_hidden_state
+                        position_ids=c_pos, use_cache=False, **{kw: _PromptKV(capture.kv, r)}).last_hidden_state
         # The last prompt position scores completion token 0; completion position t scores token t + 1.
         h[bucket, :Tb] = torch.cat([p_hidden[r, -1][:, None], c_hidden[:, :-1]], dim=1)  # (b, Tb, H)
     return h
