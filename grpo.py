@@ -419,7 +419,8 @@ class _ChunkedHeadLogprob(torch.autograd.Function):
 
 
 class _PromptKV:
-    """The `cache` the attention layers see in a shared-prompt pass (duck-typed: they only call update()).
+    """The `cache` the attention layers see in a shared-prompt pass (duck-typed: they call update(); transformers
+    5.0's model also asks get_seq_length() to number cache positions, which only its own mask building reads).
 
     Pure: update() never appends, so a checkpointed layer's recompute sees what its forward saw (HF's DynamicCache
     appends, hence checkpointing drops it). Capture mode (prefix=None, the prompt pass) records each layer's rotated
@@ -430,6 +431,9 @@ class _PromptKV:
     def __init__(self, prefix=None, rows=None):
         self.kv = {} if prefix is None else prefix  # layer_idx -> (K, V), each (n, kv_heads, P, d)
         self.rows = rows
+
+    def get_seq_length(self, layer_idx=0):
+        return 0 if self.rows is None else self.kv[layer_idx][0].shape[2]
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if self.rows is None:
