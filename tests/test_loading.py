@@ -99,3 +99,15 @@ def test_hub_id_without_a_reachable_hub_fails_in_seconds(monkeypatch):
 def test_file_instead_of_directory_is_rejected(tiny_model_dir):
     with pytest.raises(ValueError, match="not a directory"):
         agents.load_model(os.path.join(tiny_model_dir, "config.json"))
+
+
+def test_random_like_has_the_architecture_and_tokenizer_and_new_weights(tiny_model_dir, tmp_path):
+    from tiny_model import build_random_like
+
+    real, real_tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    fake, fake_tok = agents.load_model(build_random_like(tiny_model_dir, tmp_path / "like", seed=3), device="cpu",
+                                       dtype="float32")
+    assert {n: p.shape for n, p in fake.named_parameters()} == {n: p.shape for n, p in real.named_parameters()}
+    assert fake_tok.get_vocab() == real_tok.get_vocab() and fake_tok.chat_template == real_tok.chat_template
+    emb = fake.get_input_embeddings().weight
+    assert not torch.equal(emb, real.get_input_embeddings().weight.to(emb.dtype))

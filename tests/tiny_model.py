@@ -74,10 +74,38 @@ def build_tiny_model(path, seed=0, num_layers=2, hidden=64, tie=True, init_std=0
     return str(path)
 
 
-if __name__ == "__main__":
-    import sys
+def build_random_like(src, path, seed=0):
+    """Write to `path` a model with the architecture, tokenizer and chat template of the model directory `src` and
+    RANDOM weights (bf16, built on the GPU when one is visible), and return `path`.
 
-    print(build_tiny_model(sys.argv[1] if len(sys.argv) > 1 else "/tmp/tiny-qwen2"))
+    For timing where the real weights cannot be had (a machine without the hub, a copy limit): sampling and training
+    cost depend on shapes, not values. Random weights never emit EOS, so every row runs to its token budget, and no
+    program passes: not for any figure about quality.
+    """
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src), dtype=torch.bfloat16)
+    model.save_pretrained(path)
+    for name in os.listdir(src):  # tokenizer, chat template, generation config: everything but config and weights
+        if name != "config.json" and ".safetensors" not in name and not name.endswith(".bin"):
+            shutil.copy(os.path.join(src, name), path)
+    return str(path)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build a random model directory: the tiny test model, or (--like "
+                                     "DIR) one with a real model's architecture and tokenizer, for timing only.")
+    parser.add_argument("out", nargs="?", default="/tmp/tiny-qwen2")
+    parser.add_argument("--like", metavar="DIR", help="a model dir (config.json + tokenizer files; weights unused)")
+    a = parser.parse_args()
+    print(build_random_like(a.like, a.out) if a.like else build_tiny_model(a.out))
 
 
 # ---------------------------------------------------------------------------------------------- real models
