@@ -4,6 +4,7 @@ What it is: properties on random tensors (zero-mean advantages, k3 >= 0, masked 
 with straightforward references (a per-sample Python loop of the DeepSeekMath formula, REINFORCE with a baseline,
 full-logits log_softmax on the tiny model). What it is not: a training run. CPU, float64 where it helps exactness.
 """
+import functools
 import math
 
 import pytest
@@ -261,6 +262,7 @@ def body_calls(model):
     calls = []
     inner = model.base_model.forward
 
+    @functools.wraps(inner)  # keeps the signature, which grpo.cache_keyword reads
     def spy(*a, **k):
         calls.append(tuple(k["input_ids"].shape))
         return inner(*a, **k)
