@@ -26,15 +26,27 @@ def test_dtype_can_be_overridden(tiny_model_dir):
     assert next(model.parameters()).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("dtype,name", [("bf16", "bf16"), ("float16", "fp16")])
 @pytest.mark.parametrize("native", [True, False])
-def test_emulated_bf16_on_cpu_is_named_in_one_line(tiny_model_dir, monkeypatch, capsys, native):
-    monkeypatch.setattr(agents, "cpu_has_bf16", lambda: native)
-    agents.load_model(tiny_model_dir, device="cpu", dtype="bf16")
-    assert ("no native bf16" in capsys.readouterr().err) == (not native)
+def test_emulated_half_precision_on_cpu_is_named_in_one_line(tiny_model_dir, monkeypatch, capsys, native, dtype,
+                                                             name):
+    asked = []
+    monkeypatch.setattr(agents, "cpu_has_native", lambda dt=torch.bfloat16: asked.append(dt) or native)
+    agents.load_model(tiny_model_dir, device="cpu", dtype=dtype)
+    err = capsys.readouterr().err
+    assert (f"no native {name}" in err) == (not native) and asked[-1] == agents.resolve_dtype(dtype, "cpu")
+
+
+def test_cpu_has_native_reads_the_dtype_s_own_flags(monkeypatch, tmp_path):
+    real_open = open
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16\n")
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(fake if p == "/proc/cpuinfo" else p, *a, **k))
+    assert agents.cpu_has_native(torch.bfloat16) and not agents.cpu_has_native(torch.float16)
 
 
 def test_resolve_dtype_defaults_and_bad_name():
-    cpu_auto = torch.bfloat16 if agents.cpu_has_bf16() else torch.float32
+    cpu_auto = torch.bfloat16 if agents.cpu_has_native() else torch.float32
     assert agents.resolve_dtype(None, "cpu") == cpu_auto
     assert agents.resolve_dtype("auto", "cpu") == cpu_auto
     assert agents.resolve_dtype(torch.float16, "cpu") == torch.float16
