@@ -356,7 +356,8 @@ def eval_method(args):
 
 
 def time_estimate(args, n_eval, on_cpu, fp32):
-    """One line: roughly how long this run takes on a 2-core CPU (a GPU: far less, not measured here)."""
+    """One line: roughly how long this run takes on a 2-core CPU. On a GPU, sampling is bound by kernel launches, not
+    by the chip: one H200 check (README, "What holds on CUDA") put a recipe step at ~45-60 s, ~3x under the CPU's."""
     chain = STAGES[args.stage]["chain"]
     budget = sum(args.plan_max_new_tokens if agents.ROLES[r]["budget"] == "plan" else args.max_new_tokens
                  for r in chain)
@@ -377,7 +378,8 @@ def time_estimate(args, n_eval, on_cpu, fp32):
     text = (f"estimate: ~{evaluate.duration(s)} (the 0.5B model on a 2-core CPU, {where}): {args.num_steps} steps of "
             f"~{step_s * factor:.0f} s + {evals} held-out evaluations of {n_eval} problems")
     text += " (a larger --planner-model takes longer: not in this figure)" if args.planner_model else ""
-    return text + ("" if on_cpu else " (the CPU figure: a GPU takes far less)")
+    return text + ("" if on_cpu else " (the CPU figure: an H200 took roughly a third of it, its decoding bound by "
+                                      "kernel launches; README, What holds on CUDA)")
 
 
 # -----------------------------------------------------------------------------------------------------------------
