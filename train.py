@@ -378,8 +378,8 @@ def time_estimate(args, n_eval, on_cpu, fp32):
     text = (f"estimate: ~{evaluate.duration(s)} (the 0.5B model on a 2-core CPU, {where}): {args.num_steps} steps of "
             f"~{step_s * factor:.0f} s + {evals} held-out evaluations of {n_eval} problems")
     text += " (a larger --planner-model takes longer: not in this figure)" if args.planner_model else ""
-    return text + ("" if on_cpu else " (the CPU figure: an H200 took roughly a third of it, its decoding bound by "
-                                      "kernel launches; README, What holds on CUDA)")
+    return text + ("" if on_cpu else " (the CPU figure: an H200's decode rate suggests about a third of it, "
+                                      "decoding being bound by kernel launches; README, What holds on CUDA)")
 
 
 # -----------------------------------------------------------------------------------------------------------------
