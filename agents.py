@@ -63,6 +63,9 @@ _WHAT_TO_PASS = ("pass --model DIR or CORECODE_MODEL=DIR, a local Hugging Face m
 HUB_PROBE_TIMEOUT_S = 3.0
 
 
+HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # as the CPU flags spell them
+
+
 def cpu_has_native(dtype=torch.bfloat16):
     """True when this CPU computes `dtype` (bf16 or fp16) natively: x86 avx512_bf16 / AMX-BF16 for bf16,
     avx512_fp16 / AMX-FP16 for fp16, read from /proc/cpuinfo on Linux. Elsewhere they are emulated, slower than fp32."""
@@ -71,7 +74,7 @@ def cpu_has_native(dtype=torch.bfloat16):
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:  # not Linux: no cheap way to know, so no
         return False
-    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+    name = HALF_NAMES[dtype]
     return f"avx512_{name}" in flags or f"amx_{name}" in flags
 
 
@@ -146,7 +149,7 @@ def load_model(name_or_path, device=None, dtype=None):
     if not sys.stderr.isatty():  # in a log file transformers' "Loading weights" bar is one 5 KB line of redraws
         transformers.utils.logging.disable_progress_bar()
     torch_dtype = resolve_dtype(dtype, device)
-    half = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(torch_dtype)
+    half = HALF_NAMES.get(torch_dtype)
     if str(device).startswith("cpu") and half and not cpu_has_native(torch_dtype):
         # An explicit --dtype bfloat16 / float16 on such a CPU works, only slowly (fp16 ran 3x slower than fp32 in a
         # 0.5B-sized matmul on an avx2 CPU): one line so a slow run is not a mystery.

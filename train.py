@@ -357,7 +357,8 @@ def eval_method(args):
 
 def time_estimate(args, n_eval, on_cpu, fp32):
     """One line: roughly how long this run takes on a 2-core CPU. On a GPU, sampling is bound by kernel launches, not
-    by the chip: one H200 check (README, "What holds on CUDA") put a recipe step at ~45-60 s, ~3x under the CPU's."""
+    by the chip: one H200 check's decode rate (README, "What holds on CUDA") suggests ~45-60 s a recipe step, ~1/3 of
+    the CPU's."""
     chain = STAGES[args.stage]["chain"]
     budget = sum(args.plan_max_new_tokens if agents.ROLES[r]["budget"] == "plan" else args.max_new_tokens
                  for r in chain)
