@@ -621,7 +621,7 @@ PLANNER_TEMPLATES = {"skeleton": PLANNER_PROMPT, "plain": PLANNER_PLAIN_PROMPT}
 PLAN_PREFIX = "Input/Output:"
 
 # The four labels, in order (tests and `clean_plan` use them).
-PLAN_SECTIONS = ("Input/Output", "Steps", "Conditions", "Loops")
+PLAN_PARTS = ("Input/Output", "Steps", "Conditions", "Loops")
 
 # Stop strings for the Planner: the start of a code block ends a plan (everything after it is code).
 PLANNER_STOP = ("```", "\ndef ", "\nclass ", "\nimport ")
@@ -682,7 +682,7 @@ REPAIR_PROMPT = (
 NO_CODE_FEEDBACK = "Your previous answer contained no Python code."
 
 
-def _clip(s, limit):
+def _truncate(s, limit):
     """Cut long example text (stdin can be megabytes) so prompts stay bounded."""
     s = str(s)
     return s if len(s) <= limit else s[:limit] + "\n... (truncated)"
@@ -719,15 +719,15 @@ def problem_text(problem, max_examples=3, max_example_chars=1000):
     tests = list(problem.public_tests)[:max_examples]
     if problem.kind == "assert" and tests:
         head = "Your code should pass this test:" if len(tests) == 1 else "Your code should pass these tests:"
-        parts.append(head + "\n" + "\n".join(_clip(t, max_example_chars) for t in tests))
+        parts.append(head + "\n" + "\n".join(_truncate(t, max_example_chars) for t in tests))
     elif problem.kind == "functional" and tests:
-        calls = [_clip(_functional_call(problem.entry_point, t), max_example_chars) for t in tests]
+        calls = [_truncate(_functional_call(problem.entry_point, t), max_example_chars) for t in tests]
         parts.append("Examples:\n" + "\n".join(calls))
     elif problem.kind == "stdio" and tests:
         for k, t in enumerate(tests, 1):
             parts.append(
-                f"Example {k}\nInput:\n{_clip(t['input'], max_example_chars).rstrip()}\n"
-                f"Output:\n{_clip(t['output'], max_example_chars).rstrip()}"
+                f"Example {k}\nInput:\n{_truncate(t['input'], max_example_chars).rstrip()}\n"
+                f"Output:\n{_truncate(t['output'], max_example_chars).rstrip()}"
             )
     return "\n\n".join(parts)
 
@@ -850,13 +850,13 @@ def retrieval_text(retrieval, exemplar=None, max_field_chars=600):
     exemplars = retrieval.get("exemplars") or []
     if exemplar is not None:
         exemplars = exemplars[exemplar:exemplar + 1]
-    parts = [f"Similar problem {i}: {_clip(ex.get('problem') or '(not given)', max_field_chars)}\n"
-             f"Its plan: {_clip(ex.get('plan') or '(not given)', max_field_chars)}"
+    parts = [f"Similar problem {i}: {_truncate(ex.get('problem') or '(not given)', max_field_chars)}\n"
+             f"Its plan: {_truncate(ex.get('plan') or '(not given)', max_field_chars)}"
              for i, ex in enumerate(exemplars, 1)]
     algorithm, tutorial = retrieval.get("algorithm", ""), retrieval.get("tutorial", "")
     if algorithm or tutorial:
-        parts.append(f"Relevant algorithm: {_clip(algorithm or '(not named)', 200)}"
-                     + (f"\n{_clip(tutorial, max_field_chars)}" if tutorial else ""))
+        parts.append(f"Relevant algorithm: {_truncate(algorithm or '(not named)', 200)}"
+                     + (f"\n{_truncate(tutorial, max_field_chars)}" if tutorial else ""))
     return "\n\n".join(parts) or "(nothing recalled)"
 
 
@@ -1015,11 +1015,6 @@ def clean_plan(text, prefix=PLAN_PREFIX):
     return re.sub(r"\n{3,}", "\n\n", plan).strip()
 
 
-def plan_sections(plan):
-    """Which of the four labels occur in a plan, in order of PLAN_SECTIONS (a format check for logs/tests)."""
-    return [s for s in PLAN_SECTIONS if re.search(r"\b" + re.escape(s) + r"\b", plan, re.I)]
-
-
 # A copied format placeholder: "<...>" or "<" lowercase words with a space ">" ("<first step>", "<the inputs, in
 # order, with names and types>"). "a < b", "x <= y" and "List<int>" do not match (space after "<", no space inside).
 _PLACEHOLDER = re.compile(r"<(\.{3}|[a-z][a-z ,./'-]*\s[a-z ,./'-]*[a-z.])>")
@@ -1030,18 +1025,23 @@ def plan_placeholders(plan):
     return [m.group(0) for m in _PLACEHOLDER.finditer(plan)]
 
 
+# A part's label at the start of a line, decorated or not: "Steps:", "2. **Steps**:", "### Loops:".
+_LABEL = re.compile(r"(?im)^[\s#>*\-]*(?:\d+[.)]\s*)?[*_]*(" + "|".join(re.escape(s) for s in PLAN_PARTS)
+                    + r")[*_]*\s*:")
+
+
 def plan_parts(plan):
-    """{label: its text} for the PLAN_SECTIONS labels found in a plan (text up to the next label)."""
-    labels = "|".join(re.escape(s) for s in PLAN_SECTIONS)
-    marks = list(re.finditer(r"(?im)^[\s#>*\-]*(?:\d+[.)]\s*)?[*_]*(" + labels + r")[*_]*\s*:", plan))
+    """{label: its text} for the PLAN_PARTS labels found in a plan (text up to the next label)."""
+    marks = list(_LABEL.finditer(plan))
     return {m.group(1).lower(): plan[m.end():(marks[i + 1].start() if i + 1 < len(marks) else len(plan))].strip()
             for i, m in enumerate(marks)}
 
 
-_WORD = re.compile(r"[A-Za-z]{2,}")
+_WORD = re.compile(r"\b[A-Za-z]{2,}\b")
 # A numbered step that says something: three or more words ("1. Sort the list."), or a formula / example with a
-# word ("1. Return n * (3 * n - 1) // 2."); not "1." or "1. [5, 'FDF']".
-_STEP = re.compile(r"(?m)(?:^|\s)\d+[.)]\s+(?:(?:[^\d\n]*?[A-Za-z]{2,}){3}|[^\n]*?[A-Za-z]{2,}[^\n]*?[-+*/%=<>]"
+# word ("1. Return n * (3 * n - 1) // 2."); not "1.", "1. [5, 'FDF']" or "1. Proceed." (whole words: without the
+# \b a word of six letters counted as three).
+_STEP = re.compile(r"(?m)(?:^|\s)\d+[.)]\s+(?:(?:[^\d\n]*?\b[A-Za-z]{2,}\b){3}|[^\n]*?[A-Za-z]{2,}[^\n]*?[-+*/%=<>]"
                    r"[^\n]*?\w)")
 
 # Words any plan can say about any problem. A plan made only of these (and function words) tells the Coder nothing
@@ -1070,7 +1070,10 @@ just only then again more less same other another such their them they we you yo
 ask asks asked analyze analyse carefully apply applies applied special run runs running proceed
 determine determines identify obtain obtained desired outcome general generic simple some
 """.split())
-_CONTENT = re.compile(r"[A-Za-z]{3,}|\d+|[-+*/%=<>!]=?|\[|\(|'")
+# Content besides words and numbers: an operator between operands ("n * (n + 1)", "x >= 0"), a call ("len(s)"), a
+# list or a quoted value ("[1, 2]", "'a'"). Not an arrow, a bracketed aside or an apostrophe: "inputs -> output.
+# 1. Return the result (as required)." says nothing, and counting "-", ">" and "(" let it through the gate.
+_CONTENT = re.compile(r"[A-Za-z]{3,}|\d+|\w\s*(?:[-+*/%<>!]=?|==?)\s*[\w(\['\"]|\w\(|\[\s*[\w'\"-]|'[^'\s]+'")
 
 
 def plan_content(plan):
@@ -1082,10 +1085,16 @@ def plan_content(plan):
     return [t for t in (m.group(0).lower() for m in _CONTENT.finditer(text)) if t not in GENERIC_WORDS]
 
 
-def plan_check(plan, cut=False, min_steps=1, min_content=3, required=PLAN_SECTIONS[:2]):
-    """What the Planner stage's format gate says of a plan: "ok", "cut" (ran into the token budget but well formed
-    as far as it went), or the reason it is not an Algorithmic Thought: "missing parts", "placeholder", "empty
-    part", "no steps", "content-free".
+def _steps(text):
+    """The numbered steps of a Steps part: ["Sort the list.", "Return the first."] for "1. Sort the list. 2. Return
+    the first." (the numbers are the separators; text before the first number is not a step)."""
+    return [t.strip() for t in re.split(r"(?:^|(?<=[.:;!?])\s|\n)\s*\d+[.)]\s+", text)[1:]]
+
+
+def plan_check(plan, cut=False, problem=None, min_steps=1, min_content=3, required=PLAN_PARTS[:2]):
+    """What the Planner stage's format gate says of a plan: "ok", "cut" (ran into the token cap but well formed
+    as far as it went), or the reason it is not an Algorithmic Thought: "missing parts", "placeholder", "repeated
+    part", "empty part", "empty step", "no steps", "content-free", "restatement".
 
     our choices (rewards.format_gated applies them):
     - the `required` parts (Input/Output and Steps) labelled, every part given saying something (a word, or a value
@@ -1097,26 +1106,39 @@ def plan_check(plan, cut=False, min_steps=1, min_content=3, required=PLAN_SECTIO
       is a plan; "1." is not;
     - min_content=3 content tokens (`plan_content`): a plan of generic planning words ("Compute the required result
       value") lets the Coder code alone, and a gate that accepts it pays for saying nothing;
-    - cut=True (the sample hit its token budget): "cut" when it stopped before all four parts, so a long plan is
-      scored by its code less --cut-penalty; it still needs the required parts.
+    - cut=True (the sample hit its token cap): "cut" when it stopped before all four parts, so a long plan is
+      scored by its code less --cut-penalty; it still needs the required parts;
+    - a part labelled twice is "repeated part": a plan that completes its four parts and then repeats itself to the
+      cap would otherwise read as finished and escape the cut penalty;
+    - every numbered step says at least two words or a formula ("empty step"): "1. Proceed." is not a step;
+    - problem given: fewer than min_content content tokens that the problem as shown (problem_text) does not
+      already hold is a "restatement": the statement and its first example as the plan passed a gate without this
+      rule on all 90 MBPP validation problems, and it tells the Coder nothing it did not read.
+    What no text rule catches, a fixed plan of jargon (GENERIC_PLAN passes), the generic-plan control does.
     """
     parts = plan_parts(plan)
     if plan_placeholders(plan):
         return "placeholder"
-    reached = [s.lower() for s in PLAN_SECTIONS if s.lower() in parts]
+    reached = [s.lower() for s in PLAN_PARTS if s.lower() in parts]
     if any(s.lower() not in parts for s in required):
         return "missing parts"
+    if len(_LABEL.findall(plan)) > len(parts):
+        return "repeated part"
     if not all(_WORD.search(t) or re.search(r"\d", t) for t in (parts[s] for s in reached)):
         return "empty part"
+    if any(len(_WORD.findall(t)) < 2 and not _STEP.search("1. " + t) for t in _steps(parts["steps"])):
+        return "empty step"
     if len(_STEP.findall(parts["steps"])) < min_steps:
         return "no steps"
     if len(plan_content(plan)) < min_content:
         return "content-free"
-    return "cut" if cut and len(reached) < len(PLAN_SECTIONS) else "ok"
+    if problem is not None and len(set(plan_content(plan)) - set(plan_content(problem_text(problem)))) < min_content:
+        return "restatement"
+    return "cut" if cut and len(reached) < len(PLAN_PARTS) else "ok"
 
 
 def plan_stats(plans, cut=None, prefix=""):
-    """Format of a batch of thoughts (the plan-collapse watch; train.py's logs and evaluate.py's summary): share with
+    """Format of a batch of plans (the plan-collapse watch; train.py's logs and evaluate.py's summary): share with
     all four parts, with a copied placeholder, passing the gate (plan_check "ok" or "cut"), whose sample ran into the
     token budget, content-free; mean length in characters. cut: whether each plan's sample hit the budget (default:
     none did)."""
@@ -1124,7 +1146,7 @@ def plan_stats(plans, cut=None, prefix=""):
         return {}
     cut = cut or [False] * len(plans)
     verdicts = [plan_check(p, cut=c) for p, c in zip(plans, cut)]
-    stats = {"plan_parts_frac": [len(plan_sections(p)) == 4 for p in plans],
+    stats = {"plan_parts_frac": [len(plan_parts(p)) == 4 for p in plans],
              "plan_placeholder_frac": [bool(plan_placeholders(p)) for p in plans],
              "plan_ok_frac": [v in ("ok", "cut") for v in verdicts], "plan_cut_frac": cut,
              "plan_content_free_frac": [v == "content-free" for v in verdicts], "plan_chars": [len(p) for p in plans]}
@@ -1441,128 +1463,88 @@ def rank_plans(plans, unrated=0.0):
 
 
 # ----------------------------------------------------------------------------------------------------
-# 5. Pipelines: each inference method turns problems into n Attempts per problem with one `sample` call per
-#    stage for all problems. `problem_job` is where a Problem becomes a sandbox.Job (public or hidden tests).
+# 5. The team and its one role chain. A `Team` holds what every role needs; `run_chain` runs roles one after the
+#    other over problems, one `sample` call per role for all of them. train.py's rollout and every evaluate.py
+#    method are chains (METHODS); the plan controls differ only by which text the Coder is given as its plan.
+#    `problem_job` is where a Problem becomes a sandbox.Job (public or hidden tests).
+
+@dataclass
+class Team:
+    """The loaded agents (state only). model: the shared base; planner_model: a second base that plays the Planner,
+    or None; adapters: the roles that carry a loaded LoRA adapter (the others act as the bare base); the token caps
+    of code-writing and plan-writing roles; pool: a sandbox.SandboxPool for methods that run public tests
+    (Reflexion, MapCoder); repair_rounds, mapcoder_k, mapcoder_t: those methods' rounds and exemplars."""
+    model: object
+    tokenizer: object
+    adapters: frozenset = frozenset()
+    planner_model: object = None
+    max_new_tokens: int = 512
+    plan_max_new_tokens: int = 256
+    pool: object = None
+    repair_rounds: int = 2
+    mapcoder_k: int = 3
+    mapcoder_t: int = 5
+
+
+def acting(team, role):
+    """The context in which `role` acts, yielding its model: the role's base (the Planner's own with planner_model)
+    with the role's adapter on, or every adapter off when the role has none. cot / scot / repair act as the Coder."""
+    adapter = ROLES[role].get("adapter", role)
+    base = team.planner_model if adapter == "planner" and team.planner_model is not None else team.model
+    return grpo.use_adapter(base, adapter) if adapter in team.adapters else grpo.adapters_off(base)
+
+
+def run_chain(team, chain, problems, ctxs=None, generator=None, show=lambda text: None):
+    """Run `chain` = ((role, k, temperature), ...) over problems: each role writes k outputs per context in one
+    `sample` call, and each output becomes a context that carries everything the roles before it wrote ("plan",
+    "program", "retrieval", ...), its raw text ("raw") and, after a plan, whether it ran into its cap ("plan_cut").
+
+    ctxs: a starting context per problem (default {}; e.g. {"plan": text} for a Coder given a plan). generator: one
+    torch.Generator for all rows, or one per problem (every row descending from a problem then draws from its own).
+    show(text): progress. Returns (problems, contexts, {role:
+    Samples}) of the leaves, problem-major: problem i's k1 * k2 * ... leaves are consecutive.
+    """
+    probs = list(problems)
+    ctxs = [dict(c) for c in ctxs] if ctxs is not None else [{} for _ in probs]
+    gens = generator if isinstance(generator, list) else None
+    samples = {}
+    for role, k, temperature in chain:
+        spec = ROLES[role]
+        prompts = [spec["prompt"](team.tokenizer, p, c) for p, c in zip(probs, ctxs)]
+        cap = {"code": team.max_new_tokens, "plan": team.plan_max_new_tokens,
+               "both": team.max_new_tokens + team.plan_max_new_tokens}[spec["cap"]]
+        stop = spec["stop"](ctxs[0] if ctxs else {}) if callable(spec["stop"]) else spec["stop"]
+        what = f"sampling {role}: {len(prompts) * k} x <= {cap} tokens"
+        show(what)
+        with acting(team, role) as m:
+            s = sample(m, team.tokenizer, prompts, group_size=k, max_new_tokens=cap, temperature=temperature,
+                       stop=stop,
+                       generator=gens if gens is not None else generator,
+                       progress=lambda t, n: show(f"{what} ({t}/{n})"))
+        samples[role] = s
+        probs = [p for p in probs for _ in range(k)]  # row i*k+j: sample j of context i (Samples' order)
+        ctxs = [dict(c) for c in ctxs for _ in range(k)]
+        gens = [g for g in gens for _ in range(k)] if gens is not None else None
+        for c, p, text, cut in zip(ctxs, probs, s.texts, s.cut or [False] * len(s.texts)):
+            c.update(spec["parse"](text, p, c), raw=text)
+            if spec["cap"] == "plan":
+                c["plan_cut"] = cut
+    return probs, ctxs, samples
+
 
 @dataclass
 class Attempt:
     """One candidate program for one problem."""
     program: str  # extracted code ("" when the completion had none)
     raw: str  # the coder's raw completion
-    plan: str = ""  # the thought it came from (planner-coder: the Planner's plan; cot/scot: the reasoning)
-    plan_cut: bool = False  # the Planner's completion ran into its token budget (--plan-max-new-tokens)
+    plan: str = ""  # the plan it came from (planner-coder: the Planner's; a control's text; cot/scot: the reasoning)
+    plan_cut: bool = False  # the Planner's completion ran into its token cap (--plan-max-new-tokens)
     rounds: int = 0  # Reflexion / MapCoder debugging rounds used to reach this program
 
 
-def _generate(model, tokenizer, prompts, n, temperature, max_new_tokens, generator, stop=None, with_cut=False):
-    """n completions per prompt, grouped: out[i][g]. One `sample` call for all prompts. with_cut: also return
-    cut[i][g], whether that completion ran into max_new_tokens (Samples.cut).
-
-    our choice: at temperature 0 identical prompts (and the n samples of one prompt) would decode to
-    identical texts, so each distinct prompt is decoded once and copied, because decoding duplicate
-    rows costs compute for nothing.
-    """
-    if not prompts:
-        return ([], []) if with_cut else []
-    if temperature == 0:
-        uniq = list(dict.fromkeys(prompts))
-        s = sample(model, tokenizer, uniq, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
-                   stop=stop, generator=generator)
-        row_of = {p: i for i, p in enumerate(uniq)}
-        rows = [[row_of[p]] * n for p in prompts]
-    else:
-        s = sample(model, tokenizer, prompts, group_size=n, max_new_tokens=max_new_tokens, temperature=temperature,
-                   stop=stop, generator=generator)
-        rows = [range(i * n, (i + 1) * n) for i in range(len(prompts))]  # row i*G+g = prompt i, sample g
-    cuts = s.cut or [False] * len(s.texts)
-    texts, cut = [[s.texts[j] for j in r] for r in rows], [[cuts[j] for j in r] for r in rows]
-    return (texts, cut) if with_cut else texts
-
-
-def _code_attempt(text, problem, plan="", rounds=0, plan_cut=False):
-    return Attempt(extract_code(text, problem.kind, problem.entry_point), text, plan, plan_cut=plan_cut, rounds=rounds)
-
-
-def _one_shot(prompt_fn, keep_reasoning):
-    """A single-answer method (direct, CoT, SCoT): one Coder call, n samples per problem."""
-
-    def method(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, **_):
-        # CoT / SCoT write their thought and the code in one answer: give them the same total budget
-        # as Planner (plan_max_new_tokens) + Coder (max_new_tokens) so the comparison is fair.
-        budget = max_new_tokens + (plan_max_new_tokens if keep_reasoning else 0)
-        with agent("coder") as m:
-            texts = _generate(m, tokenizer, [prompt_fn(tokenizer, p) for p in problems], n, temperature, budget,
-                              generator)
-        return [[_code_attempt(t, p, reasoning_before_code(t) if keep_reasoning else "") for t in ts]
-                for p, ts in zip(problems, texts)]
-
-    method.__name__ = prompt_fn.__name__.replace("_prompt", "")  # readable in tracebacks / METHODS
-    return method
-
-
-def _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent, template=PLANNER_PROMPT):
-    """n Planner thoughts per problem: plans[i][g] = (clean_plan of the completion, whether it was cut)."""
-    with agent("planner") as m:
-        raw, cut = _generate(m, tokenizer, [planner_prompt(tokenizer, p, template) for p in problems], n,
-                             temperature, plan_max_new_tokens, generator, stop=list(PLANNER_STOP), with_cut=True)
-    return [[(clean_plan(t), c) for t, c in zip(ts, cs)] for ts, cs in zip(raw, cut)]
-
-
-def _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent):
-    """One Coder program per plan: plans[i] are problem i's (plan, cut) pairs; returns the Attempts grouped the same
-    way."""
-    flat = [(p, plan, cut) for p, ps in zip(problems, plans) for plan, cut in ps]  # problem-major
-    with agent("coder") as m:
-        texts = _generate(m, tokenizer, [coder_prompt(tokenizer, p, plan) for p, plan, _ in flat], 1,
-                          temperature, max_new_tokens, generator)
-    attempts = iter([_code_attempt(ts[0], p, plan, plan_cut=cut) for (p, plan, cut), ts in zip(flat, texts)])
-    return [[next(attempts) for _ in ps] for ps in plans]
-
-
-def planner_coder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent,
-                  **_):
-    """CoRe-Code inference: n thoughts per problem from the Planner, one program per thought from the Coder."""
-    plans = _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent)
-    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
-
-
-def planner_coder_plain(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator,
-                        agent, **_):
-    """Format control: planner-coder with PLANNER_PLAIN_PROMPT (the four parts by name, no skeleton to copy)."""
-    plans = _plans(model, tokenizer, problems, n, temperature, plan_max_new_tokens, generator, agent,
-                   PLANNER_PLAIN_PROMPT)
-    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
-
-
-def content_free_plan(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, **_):
-    """Control: the Coder given CONTENT_FREE_PLAN, the same text for every problem (no Planner call). A Planner whose
-    plans do not beat it has learned to say less, not to plan."""
-    plans = [[(CONTENT_FREE_PLAN, False)] * n for _ in problems]
-    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
-
-
-def other_plan(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent,
-               donors=None, **_):
-    """Control: the Coder given another problem's plan: problem i gets the Planner's plans for donors[i]. How much
-    the Coder follows a plan (a wrong plan should hurt). donors: default the list rotated by one, a derangement;
-    evaluate.py passes the next problem of the whole evaluated list, so chunking does not change it."""
-    if donors is None:
-        if len(problems) < 2:
-            raise ValueError("other-plan needs at least 2 problems (or donors) to swap plans between")
-        donors = problems[1:] + problems[:1]
-    if len(donors) != len(problems) or any(d.id == p.id for d, p in zip(donors, problems)):
-        raise ValueError("other-plan: donors must be one other problem per problem")
-    plans = _plans(model, tokenizer, donors, n, temperature, plan_max_new_tokens, generator, agent)
-    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
-
-
-def given_plan(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, plans=None, **_):
-    """The Coder given plans written elsewhere (evaluate.py --plans-from: another model's Planner, an earlier run):
-    plans[i] holds problem i's n (plan, cut) pairs, one program each. It puts the same plans in front of another
-    Coder, so what a plan says is measured apart from who wrote it (e.g. a larger Planner for the 0.5B Coder)."""
-    if plans is None or len(plans) != len(problems) or any(len(ps) != n for ps in plans):
-        raise ValueError("given-plan needs n plans per problem (evaluate.py --plans-from FILE)")
-    return _code_from_plans(model, tokenizer, problems, plans, temperature, max_new_tokens, generator, agent)
+def _attempt(c):
+    return Attempt(c.get("program", ""), c.get("raw", ""), c.get("plan", ""), c.get("plan_cut", False),
+                   c.get("rounds", 0))
 
 
 def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
@@ -1608,163 +1590,208 @@ def check_public(problems, programs, pool):
     return out
 
 
-def reflexion(model, tokenizer, problems, n, temperature, max_new_tokens, generator, agent, pool, repair_rounds, **_):
-    """Direct coding, then up to `repair_rounds` rounds of repair from PUBLIC-test feedback.
-
-    Each of the n attempts of a problem is repaired on its own; only attempts still failing their public
-    tests go to the next round (one `sample` call per round for all of them). The program of the last
-    round is kept whether or not it passes (it is not re-run: scoring is evaluate.py's job).
-    """
-    attempts = METHODS["direct"](model, tokenizer, problems, n=n, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, plan_max_new_tokens=0, generator=generator, agent=agent)
-    pending = [(i, j) for i in range(len(problems)) for j in range(n)]
-    for r in range(1, repair_rounds + 1):
-        verdicts = check_public([problems[i] for i, _ in pending], [attempts[i][j].program for i, j in pending], pool)
-        failing = [(i, j, fb) for (i, j), (ok, fb) in zip(pending, verdicts) if not ok]
+def reflexion(team, problems, ctxs, n, temperature, generator):
+    """Direct coding, then up to team.repair_rounds rounds of repair from PUBLIC-test feedback. Each of the n
+    attempts of a problem is repaired on its own; only attempts still failing go to the next round (one `sample`
+    call per round for all of them). The last round's program is kept whether or not it passes."""
+    probs, leaves, _ = run_chain(team, (("coder", n, temperature),), problems, ctxs, generator)
+    pending = list(range(len(leaves)))
+    for r in range(1, team.repair_rounds + 1):
+        verdicts = check_public([probs[i] for i in pending], [leaves[i]["program"] for i in pending], team.pool)
+        failing = [(i, fb) for i, (ok, fb) in zip(pending, verdicts) if not ok]
         if not failing:
             break
-        prompts = [repair_prompt(tokenizer, problems[i], attempts[i][j].program, fb) for i, j, fb in failing]
-        with agent("coder") as m:
-            texts = _generate(m, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
-        for (i, j, _), ts in zip(failing, texts):
-            attempts[i][j] = _code_attempt(ts[0], problems[i], rounds=r)
-        pending = [(i, j) for i, j, _ in failing]
-    return attempts
+        _, fixed, _ = run_chain(team, (("repair", 1, temperature),), [probs[i] for i, _ in failing],
+                                [dict(leaves[i], feedback=fb) for i, fb in failing], generator)
+        for (i, _), c in zip(failing, fixed):
+            leaves[i] = {"program": c["program"], "raw": c["raw"], "rounds": r}
+        pending = [i for i, _ in failing]
+    return leaves
 
 
-def _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator,
-                    agent, k):
+def _mapcoder_plans(team, problems, ctxs, n, temperature, generator):
     """MapCoder's stages 1-2: n retrievals per problem, then one plan per recalled exemplar (a single plan from the
-    algorithm alone when none was parsed), ranked by confidence. -> runs [(problem index, plans)], problem-major."""
-    with agent("retriever") as m:
-        raw = _generate(m, tokenizer, [retriever_prompt(tokenizer, p, k) for p in problems], n, temperature,
-                        max_new_tokens, generator, stop=retriever_stop(k))
-    runs = [(i, parse_retrieval(text, k=k)) for i, ts in enumerate(raw) for text in ts]
-    plan_jobs = [(r, e) for r, (_, ret) in enumerate(runs) for e in (list(range(len(ret["exemplars"]))) or [None])]
-    with agent("planner") as m:
-        texts = _generate(m, tokenizer, [retrieval_planner_prompt(tokenizer, problems[runs[r][0]], runs[r][1], e)
-                                             for r, e in plan_jobs],
-                          1, temperature, plan_max_new_tokens, generator, stop=list(PLANNER_STOP))
+    algorithm alone when none was parsed), ranked by confidence. -> (problem, context, ranked plans) per run."""
+    probs, runs, _ = run_chain(team, (("retriever", n, temperature),), problems, ctxs, generator)
+    jobs = [(r, e) for r, c in enumerate(runs) for e in (list(range(len(c["retrieval"]["exemplars"]))) or [None])]
+    _, planned, _ = run_chain(team, (("planner", 1, temperature),), [probs[r] for r, _ in jobs],
+                              [dict(runs[r], exemplar=e) for r, e in jobs], generator)
     rated = [[] for _ in runs]
-    for (r, _), ts in zip(plan_jobs, texts):
-        rated[r].append(plan_with_confidence(ts[0]))
-    return [(i, rank_plans(ps)) for (i, _), ps in zip(runs, rated)]
+    for (r, _), c in zip(jobs, planned):
+        rated[r].append((c["plan"], c["confidence"]))
+    return [(p, c, rank_plans(ps)) for p, c, ps in zip(probs, runs, rated)]
 
 
-def mapcoder(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens, generator, agent, pool,
-             mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T, **_):
+def mapcoder(team, problems, ctxs, n, temperature, generator):
     """MapCoder: n independent runs per problem of Retrieval -> Planning (`_mapcoder_plans`) -> Coding ->
     Debugging: the current plan is coded and run on the PUBLIC tests; a failing program is repaired from the
-    failing case's feedback, up to t rounds, then the next plan is coded, until a program passes or the plans run
-    out. One `sample` call per role and round for all active runs. The last program is kept even if it fails (as
-    in MapCoder); Attempt.rounds counts debugging rounds over all plans. Hidden tests never enter a prompt.
-    """
-    runs = _mapcoder_plans(model, tokenizer, problems, n, temperature, max_new_tokens, plan_max_new_tokens,
-                           generator, agent, mapcoder_k)
-    # Per run: which plan, its program (None = not coded yet), the feedback of its failing public test, the
-    # debugging rounds spent on this plan and in total, and whether it is finished.
-    state = [dict(plan=0, program=None, raw="", feedback="", rounds=0, total=0, done=False) for _ in runs]
-    problem_of = lambda r: problems[runs[r][0]]
-    plan_of = lambda r: runs[r][1][state[r]["plan"]]
+    failing case's feedback, up to team.mapcoder_t rounds, then the next plan is coded, until a program passes or
+    the plans run out. One `sample` call per role and round for all active runs. The last program is kept even if
+    it fails (as in MapCoder); "rounds" counts debugging rounds over all plans. Hidden tests never enter a prompt."""
+    runs = _mapcoder_plans(team, problems, ctxs, n, temperature, generator)
+    # Per run: which plan, its program (None = not coded yet), its failing public test's feedback, the debugging
+    # rounds spent on this plan and in total, and whether it is finished.
+    state = [dict(plan_index=0, program=None, raw="", feedback="", this_plan=0, rounds=0, done=False) for _ in runs]
     while any(not s["done"] for s in state):
         active = [r for r, s in enumerate(state) if not s["done"]]
         to_code = [r for r in active if state[r]["program"] is None]
         for role, group in (("coder", to_code), ("debugger", [r for r in active if r not in to_code])):
-            if not group:
-                continue
-            prompts = [coder_prompt(tokenizer, problem_of(r), plan_of(r)) if role == "coder" else
-                       debugger_prompt(tokenizer, problem_of(r), state[r]["program"], state[r]["feedback"], plan_of(r))
-                       for r in group]
-            with agent(role) as m:
-                texts = _generate(m, tokenizer, prompts, 1, temperature, max_new_tokens, generator)
-            for r, ts in zip(group, texts):
-                p = problem_of(r)
-                state[r].update(program=extract_code(ts[0], p.kind, p.entry_point), raw=ts[0])
-                if role == "debugger":
-                    state[r]["rounds"] += 1
-                    state[r]["total"] += 1
-        verdicts = check_public([problem_of(r) for r in active], [state[r]["program"] for r in active], pool)
+            if group:
+                _, out, _ = run_chain(team, ((role, 1, temperature),), [runs[r][0] for r in group],
+                                      [dict(state[r], plan=runs[r][2][state[r]["plan_index"]]) for r in group],
+                                      generator)
+                for r, c in zip(group, out):
+                    state[r].update(program=c["program"], raw=c["raw"])
+                    if role == "debugger":
+                        state[r]["this_plan"] += 1
+                        state[r]["rounds"] += 1
+        verdicts = check_public([runs[r][0] for r in active], [state[r]["program"] for r in active], team.pool)
         for r, (ok, fb) in zip(active, verdicts):
             s = state[r]
             if ok:
                 s["done"] = True
-            elif s["rounds"] < mapcoder_t:
+            elif s["this_plan"] < team.mapcoder_t:
                 s["feedback"] = fb  # debug this program next round
-            elif s["plan"] + 1 < len(runs[r][1]):
-                s.update(plan=s["plan"] + 1, rounds=0, feedback="", program=None)
+            elif s["plan_index"] + 1 < len(runs[r][2]):
+                s.update(plan_index=s["plan_index"] + 1, this_plan=0, feedback="", program=None)
             else:
                 s["done"] = True
     # A run that moved to a new plan is always coded in the next round, so `program` is the last program written.
-    out = [Attempt(s["program"] or "", s["raw"], plan_of(r), rounds=s["total"]) for r, s in enumerate(state)]
-    return [out[i * n:(i + 1) * n] for i in range(len(problems))]
+    return [dict(program=s["program"] or "", raw=s["raw"], plan=runs[r][2][s["plan_index"]], rounds=s["rounds"])
+            for r, s in enumerate(state)]
 
 
+# The plan controls: the Coder given a text that is not the Planner's own plan for the problem, one row each in
+# evaluate.py. Plan information = pass@1 with the Planner's own plans minus pass@1 with the strongest of them.
+def restatement_plan(problem):
+    """The restatement control: the problem's statement and its first example, mechanically, as the plan. It tells
+    the Coder nothing the problem does not, yet it is about the problem: a Planner that only restates earns this."""
+    first = list(problem.public_tests)[:1]
+    example = _functional_call(problem.entry_point, first[0]) if first and problem.kind == "functional" else \
+        (str(first[0]) if first and problem.kind == "assert" else "")
+    return (f"Input/Output: as in the problem: {' '.join(problem.statement.split())}"
+            + (f" Example: {_truncate(example, 300)}" if example else "")
+            + f"\nSteps: 1. {' '.join(problem.statement.split())}")
+
+
+# The generic control: one fixed plan of planning jargon that passes the format gate (plan_check "ok") but names
+# nothing of any problem. A text rule cannot tell it from a plan (its words are not in GENERIC_WORDS), so this
+# control, not the gate, is what catches a Planner that learned to write it. our choice of wording: the kind of
+# plan the gate let through in an audit ("Input/Output: inputs -> output. Steps: 1. Return the result").
+GENERIC_PLAN = (
+    "Input/Output: parse the arguments into their native structures; emit the final aggregated answer.\n"
+    "Steps: 1. Normalise the inputs into a canonical representation. 2. Traverse the structure while maintaining an "
+    "accumulator of intermediate state. 3. Apply the core transformation to each element. 4. Combine the partial "
+    "results into the answer.\n"
+    "Conditions: guard boundary indices, empty collections and degenerate sizes.\n"
+    "Loops: a single pass over the elements, terminating at exhaustion."
+)
+
+# Which text the Coder is given as its plan, per plan control (a function of the problem). other-plan (another
+# problem's plan from the Planner) and given-plan (plans written elsewhere) are run_method's two other sources.
+PLAN_CONTROLS = {
+    "content-free-plan": lambda p: CONTENT_FREE_PLAN,
+    "generic-plan": lambda p: GENERIC_PLAN,
+    "restatement": restatement_plan,
+}
+
+# The evaluation methods, each a chain of roles (run_chain), plus for those that loop over public-test feedback the
+# function that does (Reflexion, MapCoder). planner-coder-plain asks the Planner for the parts by name with no
+# skeleton (a format control); the plan controls give the Coder a plan text instead of a Planner call.
 METHODS = {
-    "direct": _one_shot(direct_prompt, keep_reasoning=False),
-    "cot": _one_shot(cot_prompt, keep_reasoning=True),
-    "scot": _one_shot(scot_prompt, keep_reasoning=True),
-    "planner-coder": planner_coder,
-    "planner-coder-plain": planner_coder_plain,
-    "content-free-plan": content_free_plan,
-    "other-plan": other_plan,
-    "given-plan": given_plan,
-    "reflexion": reflexion,
-    "mapcoder": mapcoder,
+    "direct": dict(chain=("coder",)),
+    "cot": dict(chain=("cot",)),
+    "scot": dict(chain=("scot",)),
+    "planner-coder": dict(chain=("planner", "coder")),
+    "planner-coder-plain": dict(chain=("planner", "coder"), template="plain"),
+    **{name: dict(chain=("coder",), plan=fn) for name, fn in PLAN_CONTROLS.items()},
+    "other-plan": dict(chain=("coder",), plan="other"),
+    "given-plan": dict(chain=("coder",), plan="given"),
+    "reflexion": dict(loop=reflexion),
+    "mapcoder": dict(loop=mapcoder),
 }
 
 
-def run_method(method, model, tokenizer, problems, n=1, temperature=0.0, max_new_tokens=512, plan_max_new_tokens=256,
-               seed=0, agent=None, pool=None, repair_rounds=2, mapcoder_k=MAPCODER_K, mapcoder_t=MAPCODER_T,
-               donors=None, plans=None):
-    """Run one inference method on problems: n Attempts per problem, in problem order.
+def _plan_contexts(team, method, problems, n, temperature, generator, donors, plans):
+    """The starting contexts (and problems, repeated per plan) of a method that gives the Coder its plan: a control's
+    text, the Planner's plans for donors[i] (other-plan), or given plans[i] (given-plan): n plans per problem."""
+    source = METHODS[method]["plan"]
+    if callable(source):
+        return list(problems), [{"plan": source(p)} for p in problems], n
+    if source == "other":
+        donors = donors if donors is not None else problems[1:] + problems[:1]
+        if len(problems) < 2 or len(donors) != len(problems) or any(d.id == p.id for d, p in zip(donors, problems)):
+            raise ValueError("other-plan: donors must be one other problem per problem (at least 2 problems)")
+        _, ctxs, _ = run_chain(team, (("planner", n, temperature),), donors, [{} for _ in donors], generator)
+        plans = [[(c["plan"], c["plan_cut"]) for c in ctxs[i * n:(i + 1) * n]] for i in range(len(problems))]
+    if plans is None or len(plans) != len(problems) or any(len(ps) != n for ps in plans):
+        raise ValueError("given-plan needs n plans per problem (evaluate.py --plans-from FILE)")
+    return ([p for p, ps in zip(problems, plans) for _ in ps],
+            [{"plan": plan, "plan_cut": cut} for ps in plans for plan, cut in ps], 1)
 
-    method: a key of METHODS. temperature 0 = greedy (n > 1 then gives copies). seed: one torch.Generator shared
-    by all stages, so a run is reproducible. agent(role) -> a context manager that switches to that role's LoRA
-    adapter ("planner", "coder"; "retriever", "debugger" for mapcoder) and yields the model that plays the role
-    (evaluate.make_agent: `model`, or a second base model for the Planner); default: `model` plays every role.
-    pool: a sandbox.SandboxPool for "reflexion" and "mapcoder" (they run public tests). repair_rounds: Reflexion's;
-    mapcoder_k / _t: exemplars, debug rounds per plan. donors: other-plan's plan source per problem. plans:
-    given-plan's n (plan, cut) pairs per problem. The caller chunks the problems (evaluate.py's --batch-size) to
-    bound memory.
-    """
+
+def run_method(team, method, problems, n=1, temperature=0.0, seed=0, donors=None, plans=None):
+    """Run one evaluation method on problems: n Attempts per problem, in problem order. temperature 0 = greedy.
+    seed: one torch.Generator shared by all roles, so a run is reproducible. donors: other-plan's plan source per
+    problem (default: the next problem). plans: given-plan's n (plan, cut) pairs per problem. The caller chunks
+    the problems (evaluate.py's --batch-size) to bound memory."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-    return METHODS[method](model, tokenizer, problems, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
-                           plan_max_new_tokens=plan_max_new_tokens, generator=generator,
-                           agent=agent or (lambda role: contextlib.nullcontext(model)), pool=pool,
-                           repair_rounds=repair_rounds, mapcoder_k=mapcoder_k, mapcoder_t=mapcoder_t, donors=donors,
-                           plans=plans)
+    spec = METHODS[method]
+    generator = torch.Generator(device=next(team.model.parameters()).device).manual_seed(seed)
+    start = {"template": spec.get("template", "skeleton"), "k": team.mapcoder_k}  # what the prompts read
+    probs, ctxs, k = list(problems), [dict(start) for _ in problems], n
+    if "plan" in spec:
+        probs, ctxs, k = _plan_contexts(team, method, problems, n, temperature, generator, donors, plans)
+        ctxs = [dict(start, **c) for c in ctxs]
+    if "loop" in spec:
+        leaves = spec["loop"](team, probs, ctxs, n, temperature, generator)
+    else:
+        chain = [(role, k if j == 0 else 1, temperature) for j, role in enumerate(spec["chain"])]
+        _, leaves, _ = run_chain(team, chain, probs, ctxs, generator)
+    attempts = [_attempt(c) for c in leaves]
+    return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
-# The roles as train.py's rollout sees them, one entry per role: how to prompt it given the problem and what the roles
-# before it produced (`ctx`, a dict with e.g. "plan"), how to parse its raw completion into ctx entries, its stop
-# strings and its token budget ("plan" = --plan-max-new-tokens, "code" = --max-new-tokens). A new agent is a new row.
+# The roles, one entry each: how to prompt it given the problem and what the roles before it wrote (`ctx`), how to
+# parse its raw completion into ctx entries, its stop strings, its token `cap` ("plan" = --plan-max-new-tokens, "code"
+# = --max-new-tokens, "both": CoT / SCoT write their reasoning and code in one answer, so they get both caps, as
+# Planner + Coder do) and whose adapter it acts with (default its own). A new agent is a new row.
 ROLES = {
     "retriever": dict(
-        # our choice: the code budget, because k exemplars with plans are longer than one plan.
-        prompt=lambda tok, p, ctx: retriever_prompt(tok, p),
-        parse=lambda text, p: {"retrieval": parse_retrieval(text, k=MAPCODER_K)},
-        stop=retriever_stop(MAPCODER_K), budget="code"),
+        # our choice: the code cap, because k exemplars with plans are longer than one plan.
+        # ctx["k"]: the exemplars asked for (MapCoder's k; --mapcoder-k), also where its answer is stopped.
+        prompt=lambda tok, p, ctx: retriever_prompt(tok, p, ctx.get("k", MAPCODER_K)),
+        parse=lambda text, p, ctx={}: {"retrieval": parse_retrieval(text, k=ctx.get("k", MAPCODER_K))},
+        stop=lambda ctx: retriever_stop(ctx.get("k", MAPCODER_K)), cap="code"),
     "planner": dict(
         # After a Retriever the Planner plans MapCoder-style from the recalled exemplars and algorithm (all of
         # them, or only ctx["exemplar"] when set) and rates its confidence; otherwise the Planner prompt that
-        # ctx["_planner_template"] names (PLANNER_TEMPLATES; the skeleton prompt when absent).
+        # ctx["template"] names (PLANNER_TEMPLATES; the skeleton prompt when absent).
         prompt=lambda tok, p, ctx: (retrieval_planner_prompt(tok, p, ctx["retrieval"], ctx.get("exemplar"))
                                     if "retrieval" in ctx else
-                                    planner_prompt(tok, p, PLANNER_TEMPLATES[ctx.get("_planner_template",
-                                                                                     "skeleton")])),
+                                    planner_prompt(tok, p, PLANNER_TEMPLATES[ctx.get("template") or "skeleton"])),
         # Without a confidence line the plan is exactly clean_plan(text) and the confidence None.
-        parse=lambda text, p: dict(zip(("plan", "confidence"), plan_with_confidence(text))),
-        stop=list(PLANNER_STOP), budget="plan"),
+        parse=lambda text, p, ctx={}: dict(zip(("plan", "confidence"), plan_with_confidence(text))),
+        stop=list(PLANNER_STOP), cap="plan"),
     "coder": dict(
-        # With a plan from an upstream Planner the Coder codes from it, else it codes directly.
+        # With a plan (from a Planner, or a control's text) the Coder codes from it, else it codes directly.
         prompt=lambda tok, p, ctx: coder_prompt(tok, p, ctx["plan"]) if "plan" in ctx else direct_prompt(tok, p),
-        parse=lambda text, p: {"program": extract_code(text, p.kind, p.entry_point)},
-        stop=None, budget="code"),
+        parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point)},
+        stop=None, cap="code"),
+    "cot": dict(prompt=lambda tok, p, ctx: cot_prompt(tok, p), adapter="coder", stop=None, cap="both",
+                parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point),
+                                       "plan": reasoning_before_code(text)}),
+    "scot": dict(prompt=lambda tok, p, ctx: scot_prompt(tok, p), adapter="coder", stop=None, cap="both",
+                 parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point),
+                                        "plan": reasoning_before_code(text)}),
+    "repair": dict(  # Reflexion: the Coder repairs its program from ctx["feedback"] of a failing PUBLIC test
+        prompt=lambda tok, p, ctx: repair_prompt(tok, p, ctx["program"], ctx["feedback"]), adapter="coder",
+        parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point)},
+        stop=None, cap="code"),
     "debugger": dict(
-        # ctx["feedback"] is the failing PUBLIC test of ctx["program"] (train.py's needs_public_failure hook).
+        # ctx["feedback"] is the failing PUBLIC test of ctx["program"] (train.py's needs_public_failure stages).
         prompt=lambda tok, p, ctx: debugger_prompt(tok, p, ctx["program"], ctx["feedback"], ctx.get("plan", "")),
-        parse=lambda text, p: {"program": extract_code(text, p.kind, p.entry_point)},
-        stop=None, budget="code"),
+        parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point)},
+        stop=None, cap="code"),
 }

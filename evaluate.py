@@ -1,22 +1,26 @@
 """Evaluate code-generation methods on a benchmark: problems -> samples -> sandbox verdicts -> metrics.
 
-What it is: a script. It loads one base model (plus optional per-role LoRA adapters), runs one or more methods
-(`agents.METHODS`: direct, CoT, SCoT, Planner->Coder, Reflexion, MapCoder) on the same problems, executes every
-program on the problem's hidden tests in the sandbox, and writes to <out>/: args.json (vars(args)), settings.json
-(what decides the results; a resume must match it), <row>.jsonl (one line per problem: its n samples with program,
-verdict, pass rate, CPU ms, peak MB and timings, appended chunk by chunk, so a kill loses one chunk; a row is a
-method, or with --ablate one adapter combination of it) and summary.json (per row: pass@1, pass@5 when n >= 5, apr,
-cpu_ms, peak_mb, cg, problems, samples, wall_s); then prints one comparison table. Under torchrun each chunk is
-split over the ranks and rank 0 writes the same files a single process would (README, "Many GPUs").
+What it is: a script. It loads one base model (plus optional per-role LoRA adapters) as an agents.Team, runs one or
+more methods (`agents.METHODS`: direct, CoT, SCoT, Planner->Coder, the plan controls, Reflexion, MapCoder) on the same
+problems, executes every program on the problem's hidden tests in the sandbox, and writes to <out>/: args.json
+(vars(args)), settings.json (what decides the results; a resume must match it), <row>.jsonl (one line per problem:
+its n samples with program, verdict, pass rate, CPU ms, peak MB and timings, appended chunk by chunk, so a kill loses
+one chunk; a row is a method, or with --ablate one adapter combination of it) and summary.json (per row: pass@1,
+pass@5 when n >= 5, apr, cpu_ms, peak_mb, cg, plan_info, problems, samples, wall_s, and the sandbox's mode); then
+prints one comparison table. Under torchrun each chunk is split over the ranks and rank 0 writes the same files a
+single process would (README, "Many GPUs").
+
+It also holds what both scripts share on the command line (train.py imports it): the flag table, the argparse
+range types, the settings comparison of a resume, the team loader and the one error path (`cli`).
 
 What it is not: a sampler, a sandbox or a metric library (agents.py, sandbox.py and rewards.py are); this file only
 wires them together and keeps the books. train.py's held-out evaluation reuses `attempt_and_judge`.
 
-References: the pass@k estimator of Chen et al. 2021; APR and Collaboration Gain as in ../shared/DESIGN.md.
+References: the pass@k estimator of Chen et al. 2021; APR and Collaboration Gain as in the CoRe-Code paper.
 
 Usage:
-  python evaluate.py --bench mbpp         # direct, planner-coder, content-free-plan: greedy, CG and plan information
-  python evaluate.py --method planner-coder content-free-plan other-plan --split validation   # the plan controls
+  python evaluate.py --bench mbpp         # direct, planner-coder and the plan controls: greedy, CG, plan information
+  python evaluate.py --method planner-coder content-free-plan generic-plan restatement other-plan --split validation
   python evaluate.py --compare runs/eval/A runs/eval/B               # paired: gained / lost / McNemar p per row
   python evaluate.py --method planner-coder --adapter planner=P --adapter coder=C -n 5 --temperature 0.8
   python evaluate.py --method mapcoder --adapter retriever=R --adapter debugger=D --mapcoder-k 3 --mapcoder-t 5
@@ -25,39 +29,39 @@ Usage:
 """
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import json
 import os
+import shlex
 import sys
 import time
 
-import torch
 from tqdm import tqdm
 
 import agents
 import data
 import grpo
 import rewards
-from sandbox import SandboxPool
+import sandbox
 
 # Roles that can carry a LoRA adapter (`--adapter ROLE=DIR`); a new agent is one more name.
 ADAPTER_ROLES = ("planner", "coder", "retriever", "debugger")
 
-# What `python evaluate.py --bench mbpp` runs: direct coding, Planner -> Coder and the Coder with a content-free plan
-# on the same problems, so the summary carries CoRe-Code's Collaboration Gain and plan information.
-DEFAULT_METHODS = ("direct", "planner-coder", "content-free-plan")
+# What `python evaluate.py --bench mbpp` runs: direct coding, Planner -> Coder and the plan controls on the same
+# problems, so the summary carries CoRe-Code's Collaboration Gain and its plan information.
+DEFAULT_METHODS = ("direct", "planner-coder", *agents.PLAN_CONTROLS)
 
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
-# A plain dict so later methods add one line.
 CG_BASELINE = {"planner-coder": "direct", "planner-coder-plain": "direct", "given-plan": "direct", "mapcoder": "direct"}
 
-# Plan information: pass@1 with the Planner's own plans minus pass@1 with one fixed content-free plan
-# (agents.CONTENT_FREE_PLAN), on the same problems: what the plans tell the Coder beyond the problem itself. A Planner
-# can raise planner-coder pass@1 toward direct coding by saying less; only plan information > 0 shows plans that help.
-# given-plan: the plans of another run (--plans-from, e.g. a larger Planner's) in front of this Coder.
-PLAN_INFO_BASELINE = {"planner-coder": "content-free-plan", "planner-coder-plain": "content-free-plan",
-                      "given-plan": "content-free-plan"}
+# Plan information: pass@1 with the Planner's own plans minus pass@1 with the strongest plan control present (the
+# Coder given a text that is not a plan for the problem: agents.PLAN_CONTROLS, or another problem's plan), on the same
+# problems. A Planner can raise planner-coder toward direct coding by saying less or by restating the problem; only
+# plan information > 0 against every control shows plans that inform the Coder.
+OWN_PLANS = ("planner-coder", "planner-coder-plain", "given-plan")
+CONTROLS = (*agents.PLAN_CONTROLS, "other-plan")
 
 # --ablate: the roles whose trained adapters a method's ablation switches on and off. Each combination is its own
 # row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
@@ -73,26 +77,237 @@ ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "planner-coder-plain": ("
 RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature", "max_new_tokens",
                    "plan_max_new_tokens", "seed", "repair_rounds", "mapcoder_k", "mapcoder_t", "timing_repeats",
                    "adapters", "bench_option", "stop_on_failure", "planner_model")
-# What a results file made before a setting existed was made with (so it still resumes).
-SETTING_DEFAULTS = {"bench_option": [], "stop_on_failure": False, "planner_model": None}
 
 # The methods in which the Planner writes (the ones --planner-model changes).
 PLANNER_METHODS = ("planner-coder", "planner-coder-plain", "other-plan", "mapcoder")
 
 
+# ---------------------------------------------------------------------------------------------------
+# The command line both scripts share: one flag table, argparse types for ranges, one error path.
+
 class UsageError(Exception):
-    """A problem with the user's inputs; main() prints it as one `error: ...` line and exits 2."""
+    """A problem with the user's inputs; `cli` prints it as one `error: ...` line and exits 2."""
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each default once: argparse's "(default: X)" only where the help text does not say it."""
+
+    def _get_help_string(self, action):
+        return action.help if "default" in (action.help or "") else super()._get_help_string(action)
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with one error line (both scripts): the message and where to look, not ~20 lines of usage."""
 
+    def __init__(self, **kw):
+        super().__init__(formatter_class=HelpFormatter, **kw)
+
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+def at_least(lo, kind=int):
+    """An argparse type: a `kind` number >= lo, else argparse's one error line naming the flag."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo:g}, got {text}")
+        return value
+
+    return parse
+
+
+# The flags both scripts take, one entry each (name -> argparse keywords); a script may change a default.
+SHARED_FLAGS = {
+    # data
+    "--bench": dict(default="mbpp", choices=sorted(data.LOADERS), help="benchmark"),
+    "--data": dict(default=None, metavar="PATH",
+                   help="dataset file (default: $CORECODE_<BENCH>, else data.py's default location; README, Data)"),
+    "--bench-option": dict(action="append", default=[], metavar="KEY=VALUE",
+                           help="a benchmark loader option, repeatable: time_factor=2 (multiply every time limit, "
+                                "e.g. for Python on limits set for C++), time_limit_s=S (codecontests / livebench), "
+                                "release=YYYY-MM-DD (livebench), include_generated=false (codecontests), ... (an "
+                                "unknown key lists the benchmark's options)"),
+    "--split": dict(default="test", help="benchmark split; MBPP: test, validation, train, prompt"),
+    "--limit": dict(type=at_least(1), default=None, metavar="N", help="only the first N problems of the split"),
+    # model
+    "--model": dict(default=None, metavar="DIR",  # add_shared_flags reads $CORECODE_MODEL when the parser is made
+                    help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
+                         f"{agents.DEFAULT_MODEL}, downloaded by transformers on first use)"),
+    "--planner-model": dict(default=None, metavar="DIR",
+                            help="a second base model (HF dir or hub id, sharing --model's tokenizer) that plays the "
+                                 "Planner, e.g. a larger one for a smaller --model Coder; --adapter planner=DIR is "
+                                 "then an adapter of it, and its bare weights the trained Planner's KL reference. CG "
+                                 "and plan information stay against --model's Coder (default: --model plays every "
+                                 "role)"),
+    "--adapter": dict(action="append", default=[], metavar="ROLE=DIR",
+                      help=f"a LoRA adapter dir (PEFT format) for one role, repeatable; ROLE is one of "
+                           f"{', '.join(ADAPTER_ROLES)}, ROLE=none for the bare base; a role without one is the bare "
+                           "base model"),
+    "--device": dict(default=None, help="torch device: cuda, cpu, cuda:1 ... (default: cuda when available)"),
+    "--dtype": dict(default="auto", choices=["auto", *agents.DTYPES],
+                    help="weights dtype; auto = bf16 on CUDA and on CPUs that compute bf16 natively (avx512_bf16 / "
+                         "AMX), else fp32 (default: auto)"),
+    # roles
+    "--max-new-tokens": dict(type=at_least(1), default=512, help="token cap of each code-writing completion"),
+    "--plan-max-new-tokens": dict(type=at_least(1), default=256,
+                                  help="token cap of each plan; CoT / SCoT get both caps together"),
+    "--mapcoder-k": dict(type=at_least(1), default=agents.MAPCODER_K, metavar="K",
+                         help="MapCoder: similar problems recalled, one plan each (default: 3, as MapCoder)"),
+    "--mapcoder-t": dict(type=at_least(0), default=agents.MAPCODER_T, metavar="T",
+                         help="MapCoder: debugging rounds per plan on the public tests (default: 5, as MapCoder)"),
+    # execution and output
+    "--seed": dict(type=int, default=0, help="base seed of sampling"),
+    "--workers": dict(type=at_least(1), default=None, help="sandbox worker processes (default: CPU count)"),
+    "--stop-on-failure": dict(action="store_true",
+                              help="functional / stdio tests: stop a program at its first failing test (pass@k "
+                                   "exact; the pass rate then counts the tests passed before it; saves most of the "
+                                   "CPU of wrong programs on contest benchmarks). Default: all tests run"),
+    "--timing-repeats": dict(type=at_least(1), default=1, metavar="R",
+                             help="runs of each passing program: CPU time = min, peak memory = median"),
+    "--allow-unisolated": dict(action="store_true",
+                               help="run generated code although the sandbox cannot isolate runs from your files "
+                                    "(refused by default; `python sandbox.py --probe` says what is missing)"),
+    "--out": dict(default=None, metavar="DIR", help="output directory"),
+}
+
+
+def add_shared_flags(p, **defaults):
+    """Add SHARED_FLAGS to parser p; defaults: {flag's dest: value} that this script sets otherwise."""
+    defaults.setdefault("model", os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL)
+    for name, kw in SHARED_FLAGS.items():
+        dest = name[2:].replace("-", "_")
+        p.add_argument(name, **(dict(kw, default=defaults[dest]) if dest in defaults else kw))
+
+
+def cli(run, args, interrupted):
+    """Run `run(args)` as both scripts do: stdout line-buffered (a log file gets each line as it is printed); a
+    UsageError is one `error:` line and exit status 2; Ctrl-C says what is saved and how to continue
+    (interrupted() -> text), 130; under torchrun another exception is one line naming the rank, 1."""
+    sys.stdout.reconfigure(line_buffering=True)
+    rank, world, args.device = grpo.dist_setup(args.device)
+    where = f"rank {rank}: " if world > 1 else ""
+    try:
+        run(args)
+        return 0
+    except UsageError as e:
+        print(f"error: {where}{e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\n{where}interrupted: {interrupted()}", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if world == 1:
+            raise
+        print(f"error: {where}{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+        return 1
+    finally:
+        grpo.dist_teardown()
+
+
+def digest(path: str) -> str:
+    """A short hash of a file's content, or of a directory's adapter files (adapter_*): results are keyed on what an
+    adapter or a plans file is, not on where it lies, so one overwritten in place is never mistaken for the old one."""
+    files = [path] if os.path.isfile(path) else \
+        [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.startswith("adapter_")]
+    h = hashlib.sha1()
+    for name in files:
+        with open(name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def settings_of(args, keys) -> dict:
+    """The settings that decide what a run computes: `keys` of args, paths made absolute so cwd does not matter, and
+    one `<role>_adapter` + `<role>_adapter_digest` pair per role (adapters keyed by content)."""
+    s = {k: getattr(args, k) for k in keys if k != "adapters"}
+    s.update({f"{r}_adapter": args.adapters.get(r) for r in ADAPTER_ROLES})
+    s.update({f"{r}_adapter_digest": digest(d) for r, d in args.adapters.items() if d})
+    for k, v in s.items():
+        if k in ("data", "model", "planner_model") or k.endswith("_adapter"):
+            s[k] = os.path.abspath(v) if v and os.path.exists(v) else v
+    return json.loads(json.dumps(s))  # tuples -> lists, as the file stores them
+
+
+def check_settings(path: str, now: dict, what: str) -> None:
+    """The settings in `path` (JSON) against `now`, field by field: one UsageError line listing every difference."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        old = json.load(f)
+    diff = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in now.items() if old.get(k) != v]
+    if diff:
+        raise UsageError(f"{os.path.dirname(path) or '.'} holds {what} made with other settings ({'; '.join(diff)}); "
+                         "keep them or pass a different --out")
+
+
+def parse_adapters(pairs) -> dict:
+    """`--adapter ROLE=DIR` values -> {role: DIR, or None for `ROLE=none`: the bare base}. Checks each DIR before the
+    model loads, so bad input costs a second, not a minute."""
+    adapters = {}
+    for pair in pairs:
+        role, sep, directory = pair.partition("=")
+        if not sep or role not in ADAPTER_ROLES or not directory:
+            raise UsageError(f"--adapter {pair}: expected ROLE=DIR with ROLE one of {', '.join(ADAPTER_ROLES)}")
+        if role in adapters:
+            raise UsageError(f"--adapter {pair}: {role} is given twice")
+        if directory != "none" and not os.path.isfile(os.path.join(directory, "adapter_config.json")):
+            raise UsageError(f"--adapter {pair}: no adapter_config.json in {directory}; pass a directory written "
+                             "by grpo.save_adapter (adapter_config.json + adapter_model.safetensors)")
+        adapters[role] = None if directory == "none" else directory
+    return adapters
+
+
+def check_models(args) -> None:
+    """--model and --planner-model can be loaded (seconds: agents.check_model): one UsageError line otherwise."""
+    for flag, name in (("--model", args.model), ("--planner-model", args.planner_model)):
+        try:
+            if name:
+                agents.check_model(name)
+        except (FileNotFoundError, ValueError) as e:
+            raise UsageError(f"{flag}: {e}") from None
+
+
+def load_team(args, pool=None):
+    """The team of both scripts: --model (and --planner-model) loaded, each given adapter (args.adapters) loaded onto
+    its role's base, the token caps and MapCoder's settings. One UsageError line for anything that cannot load."""
+    try:
+        model, tokenizer = agents.load_model(args.model, device=args.device, dtype=args.dtype)
+        planner = agents.load_second_model(args.planner_model, tokenizer, args.device, args.dtype) \
+            if args.planner_model else None
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(f"--model: {e}") from None
+    team = agents.Team(model, tokenizer, frozenset(r for r, d in args.adapters.items() if d), planner,
+                       args.max_new_tokens, args.plan_max_new_tokens, pool, getattr(args, "repair_rounds", 2),
+                       args.mapcoder_k, args.mapcoder_t)
+    for role in team.adapters:
+        try:
+            grpo.load_adapter(planner if role == "planner" and planner is not None else model, role,
+                              args.adapters[role])
+        except (FileNotFoundError, ValueError, KeyError) as e:  # e.g. an adapter trained on another base
+            raise UsageError(f"--adapter {role}={args.adapters[role]}: {e}") from None
+    return team
+
+
+def open_pool(args, need_cpu=False, need_memory=False):
+    """The sandbox pool, with its mode checked: runs that could read the user's files are refused unless
+    --allow-unisolated (one line saying what is missing and how to get it)."""
+    pool = sandbox.SandboxPool(args.workers)
+    why = sandbox.refusal(pool.mode, need_cpu=need_cpu, need_memory=need_memory,
+                          allow_unisolated=args.allow_unisolated, allow_uncounted=getattr(args, "allow_uncounted", False))
+    if why:
+        pool.close()
+        raise UsageError(why)
+    return pool
+
+
 # ---------------------------------------------------------------------------------------------------
-# Pure helpers (no model, no sandbox): unit-tested on hand-made records.
+# Records and metrics (no model, no sandbox): unit-tested on hand-made records.
 
 
 def first_failure(result) -> str:
@@ -103,18 +318,10 @@ def first_failure(result) -> str:
 def sample_record(attempt, result) -> dict:
     """One attempt + its sandbox result -> the JSON-ready dict stored per sample."""
     return {
-        "program": attempt.program,
-        "raw": attempt.raw,
-        "plan": attempt.plan,
-        "plan_cut": attempt.plan_cut,
-        "rounds": attempt.rounds,
-        "verdict": result.verdict,
-        "passed": result.passed,
-        "total": result.total,
-        "pass_rate": result.pass_rate,
-        "cpu_ms": 1000.0 * result.cpu_s,
-        # MB here means MiB (2**20 bytes), the unit ru_maxrss-based tools usually print.
-        "peak_mb": result.peak_bytes / 2**20,
+        "program": attempt.program, "raw": attempt.raw, "plan": attempt.plan, "plan_cut": attempt.plan_cut,
+        "rounds": attempt.rounds, "verdict": result.verdict, "passed": result.passed, "total": result.total,
+        "pass_rate": result.pass_rate, "cpu_ms": 1000.0 * result.cpu_s,
+        "peak_mb": result.peak_bytes / 2**20,  # MB here means MiB (2**20 bytes), as ru_maxrss-based tools print
         "wall_ms": 1000.0 * result.wall_s,
         # Short excerpt only: enough to see why a sample failed without bloating the file. The program-level
         # error (crash at import, timeout) first, else the first failing test's message.
@@ -167,28 +374,37 @@ def paired(a: dict, b: dict) -> dict:
             "gained": gained, "lost": lost, "p": rewards.mcnemar_exact(gained, lost)}
 
 
-def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
-    """{method: [per-problem records]} -> {method: metrics}, plus `cg` and `plan_info` where their baseline is present,
-    each with its paired counts (`cg_gained`, `cg_lost`, `cg_p`; likewise `plan_info_*`).
+def strongest(passed: dict, candidates: list) -> str:
+    """The control that passes the most of the problems `passed` ({row: {id: passed}}) rows share; None when none of
+    `candidates` is there. Ties go to the first candidate."""
+    present = [c for c in candidates if c in passed]
+    if not present:
+        return None
+    common = set.intersection(*(set(passed[c]) for c in present))
+    return max(present, key=lambda c: sum(passed[c][k] for k in common))
 
-    CG = pass@1(method) - pass@1(direct), plan_info = pass@1(planner-coder) - pass@1(content-free-plan), computed on
-    the problems both rows have, so a partial run of one of them never compares different problem sets. exact_apr=False
-    (tests skipped after a failure, --stop-on-failure): APR is None, since skipped tests would count as failed.
-    """
+
+def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
+    """{row: [per-problem records]} -> {row: metrics}, plus `cg` (vs direct) and `plan_info` (vs the strongest plan
+    control present, `plan_info_vs`) where their baseline is there, each with its paired counts (`cg_gained`,
+    `cg_lost`, `cg_p`; likewise `plan_info_*`), computed on the problems both rows have, so a partial run of one of
+    them never compares different problem sets. exact_apr=False (tests skipped after a failure, --stop-on-failure):
+    APR is None, since skipped tests would count as failed."""
     summary = {m: method_metrics(recs, n) for m, recs in records.items()}
     if not exact_apr:
         for m in summary.values():
             m["apr"] = None
-    for key, baselines in (("cg", CG_BASELINE), ("plan_info", PLAN_INFO_BASELINE)):
-        for method, baseline in baselines.items():
-            if method not in records or baseline not in records:
-                continue
-            common = {r["id"] for r in records[method]} & {r["id"] for r in records[baseline]}
+    passed = {m: first_passed(recs) for m, recs in records.items()}
+    control = strongest(passed, CONTROLS)
+    baselines = [("cg", CG_BASELINE)] + [("plan_info", {m: control for m in OWN_PLANS})] * bool(control)
+    for key, against in baselines:
+        for method, baseline in against.items():
+            common = {r["id"] for r in records.get(method, [])} & {r["id"] for r in records.get(baseline, [])}
             if not common:
                 continue
             with_helper = method_metrics([r for r in records[method] if r["id"] in common], n)["pass@1"]
             without = method_metrics([r for r in records[baseline] if r["id"] in common], n)["pass@1"]
-            pair = paired(first_passed(records[method]), first_passed(records[baseline]))
+            pair = paired(passed[method], passed[baseline])
             summary[method].update({key: with_helper - without, f"{key}_vs": baseline, f"{key}_gained": pair["gained"],
                                     f"{key}_lost": pair["lost"], f"{key}_p": pair["p"]})
     return summary
@@ -204,6 +420,14 @@ def row_files(path: str) -> dict:
     return {name: f for name, f in rows.items() if os.path.exists(f)}
 
 
+def align(lines: list) -> list:
+    """Rows of cells -> text lines: the first column left-aligned, the others right-aligned (figures line up on the
+    decimal point), a rule under the header."""
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    out = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in lines]
+    return out[:1] + ["-" * len(out[0])] + out[1:]
+
+
 def compare(path_a: str, path_b: str) -> str:
     """`--compare A B`: for every row that both hold (or the two given row files), pass@1 of each on their common
     problems and the paired counts: gained = solved in A only, lost = solved in B only, exact McNemar p. A table."""
@@ -213,18 +437,14 @@ def compare(path_a: str, path_b: str) -> str:
         raise UsageError(f"--compare: {path_a} and {path_b} hold no row in common (rows: {sorted(a)} / {sorted(b)})")
     lines = [("row", "problems", "A pass@1%", "B pass@1%", "A-B%", "gained", "lost", "p")]
     for ka, kb in pairs:
-        ra, rb = first_passed(read_records(a[ka])), first_passed(read_records(b[kb]))
-        pair = paired(ra, rb)
-        if not pair["problems"]:
-            continue
-        pa, pb = (100.0 * pair[k] / pair["problems"] for k in ("a_passed", "b_passed"))
-        lines.append((ka if ka == kb else f"{ka} vs {kb}", str(pair["problems"]), f"{pa:.1f}", f"{pb:.1f}",
-                      f"{pa - pb:+.1f}", f"+{pair['gained']}", f"-{pair['lost']}", f"{pair['p']:.3g}"))
+        pair = paired(first_passed(read_records(a[ka])), first_passed(read_records(b[kb])))
+        if pair["problems"]:
+            pa, pb = (100.0 * pair[k] / pair["problems"] for k in ("a_passed", "b_passed"))
+            lines.append((ka if ka == kb else f"{ka} vs {kb}", str(pair["problems"]), f"{pa:.1f}", f"{pb:.1f}",
+                          f"{pa - pb:+.1f}", f"+{pair['gained']}", f"-{pair['lost']}", f"{pair['p']:.3g}"))
     if len(lines) == 1:
         raise UsageError(f"--compare: no problem in common between {path_a} and {path_b}")
-    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
-    out = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in lines]
-    return "\n".join(out[:1] + ["-" * len(out[0])] + out[1:] + [
+    return "\n".join(align(lines) + [
         "gained = solved in A only, lost = solved in B only (first sample per problem); p = exact McNemar"])
 
 
@@ -278,19 +498,14 @@ def format_table(summary: dict, n: int) -> str:
 
     rows = [cols]
     for method, m in summary.items():
-        row = [method, str(m["problems"]), cell(m["pass@1"], 100)]
-        if n >= 5:
-            row.append(cell(m.get("pass@5"), 100))
-        row += [cell(m["apr"], 100), cell(m["cpu_ms"], fmt="{:.2f}"), cell(m["peak_mb"], fmt="{:.2f}"),
-                cell(m.get("cg"), 100, "{:+.1f}"), cell(m.get("plan_info"), 100, "{:+.1f}"),
-                cell(m.get("plan_cut_frac"), 100), cell(m["wall_s"])]
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-    # Method names left-aligned, numbers right-aligned: columns of figures line up on the decimal point.
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-             for r in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+        if not isinstance(m, dict) or "pass@1" not in m:
+            continue  # the sandbox's mode
+        rows.append([method, str(m["problems"]), cell(m["pass@1"], 100)] + ([cell(m.get("pass@5"), 100)] if n >= 5
+                                                                           else [])
+                    + [cell(m["apr"], 100), cell(m["cpu_ms"], fmt="{:.2f}"), cell(m["peak_mb"], fmt="{:.2f}"),
+                       cell(m.get("cg"), 100, "{:+.1f}"), cell(m.get("plan_info"), 100, "{:+.1f}"),
+                       cell(m.get("plan_cut_frac"), 100), cell(m["wall_s"])])
+    return "\n".join(align(rows))
 
 
 def format_pairs(summary: dict) -> str:
@@ -298,86 +513,22 @@ def format_pairs(summary: dict) -> str:
     labels = (("cg", "CG"), ("plan_info", "plan information"))
     return "\n".join(f"{label} of {method} (vs {m[key + '_vs']}): {100 * m[key]:+.1f} points, +{m[key + '_gained']} / "
                      f"-{m[key + '_lost']} problems, exact McNemar p = {m[key + '_p']:.3g}"
-                     for method, m in summary.items() for key, label in labels if key in m)
-
-
-def adapter_digest(directory: str) -> str:
-    """A hash of an adapter's content (its config and weights files): results are keyed on what an adapter is, not on
-    where it lies, so an adapter overwritten at the same path is never mistaken for the one measured before."""
-    h = hashlib.sha1()
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("adapter_") and os.path.isfile(os.path.join(directory, name)):
-            with open(os.path.join(directory, name), "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-    return h.hexdigest()[:16]
-
-
-def default_out_dir(args) -> str:
-    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>-tok<plan budget>-<code budget>[-a<hash of the adapters'
-    content>]: the settings a user changes most, so that changing one starts a new directory rather than an error."""
-    model = os.path.basename(os.path.normpath(args.model))
-    if getattr(args, "planner_model", None):
-        model += "-planner-" + os.path.basename(os.path.normpath(args.planner_model))
-    name = (f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
-            f"-tok{args.plan_max_new_tokens}-{args.max_new_tokens}")
-    adapters = [f"{role}={adapter_digest(d)}" for role, d in sorted(args.adapters.items()) if d]
-    if adapters:
-        # Adapter dirs are often named just "planner" / "coder": a short hash of their content keeps trained runs
-        # apart from the base model's and from each other; paths and digests are in settings.json.
-        name += "-a" + hashlib.sha1("\n".join(adapters).encode()).hexdigest()[:8]
-    if getattr(args, "plans_from", None) and os.path.isfile(args.plans_from):
-        name += "-p" + file_digest(args.plans_from)  # given-plan: which plans (by content)
-    return os.path.join("runs", "eval", name)
-
-
-def result_settings(args) -> dict:
-    """The settings that decide what is measured, with paths made absolute so cwd does not matter. Adapters are
-    stored as one `<role>_adapter` key per role (the layout of results dirs made before --adapter existed)."""
-    s = {k: getattr(args, k) for k in RESULT_SETTINGS if k != "adapters"}
-    s.update({f"{r}_adapter": args.adapters.get(r) for r in ADAPTER_ROLES})
-    for k in ("data", "model", "planner_model") + tuple(f"{r}_adapter" for r in ADAPTER_ROLES):
-        if s[k] and os.path.exists(s[k]):
-            s[k] = os.path.abspath(s[k])
-    # The adapters' content decides the results; the path alone would let an overwritten adapter reuse old results.
-    s.update({f"{r}_adapter_digest": adapter_digest(d) for r, d in args.adapters.items() if d})
-    return s
-
-
-def check_settings(path: str, settings: dict) -> None:
-    """On a resume, refuse if any result-deciding setting differs from the one the results were made with."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        old = json.load(f)
-    diff = [f"{k}: {old.get(k, SETTING_DEFAULTS.get(k))!r} -> {v!r}" for k, v in settings.items()
-            if old.get(k, SETTING_DEFAULTS.get(k)) != v]
-    if diff:
-        raise UsageError(f"{os.path.dirname(path)} holds results for other settings ({'; '.join(diff)}); "
-                         "pass a different --out or delete that directory")
-
-
-def write_settings(path: str, settings: dict) -> None:
-    """Record the result-deciding settings on first use (check_settings has already vetted a resume)."""
-    if not os.path.exists(path):
-        with open(path, "w") as f:
-            json.dump(settings, f, indent=2)
+                     for method, m in summary.items() if isinstance(m, dict)
+                     for key, label in labels if key in m)
 
 
 def read_records(path: str) -> list:
-    """Per-problem records of one method file. A line cut short by a kill is dropped (and the file
-    rewritten without it) so that appending continues on a clean line boundary."""
+    """Per-problem records of one row's file. A line cut short by a kill is dropped (and the file rewritten without
+    it) so that appending continues on a clean line boundary."""
     if not os.path.exists(path):
         return []
     records, good = [], []
-    # Bytes, not text: the size check below must compare like with like.
-    with open(path, "rb") as f:
+    with open(path, "rb") as f:  # bytes, not text: the size check below must compare like with like
         for line in f:
             try:
                 records.append(json.loads(line))
             except (json.JSONDecodeError, UnicodeDecodeError):
-                # Only the last line can be partial (whole lines are appended); an unparseable one is redone.
-                continue
+                continue  # only the last line can be partial (whole lines are appended); it is redone
             good.append(line if line.endswith(b"\n") else line + b"\n")
     if sum(map(len, good)) != os.path.getsize(path):
         with open(path, "wb") as f:
@@ -385,103 +536,8 @@ def read_records(path: str) -> list:
     return records
 
 
-# Seconds per problem on a 2-core CPU (avx512_bf16), qwen2.5-coder-0.5b-instruct in bf16, greedy, default token
-# caps; only for the rough estimate printed before a run. direct and planner-coder: the default run on all 500 MBPP
-# test problems (842 s + 2402 s); the others: README "What to expect" (50 problems, an older prompt set).
-CPU_SECONDS_PER_PROBLEM = {"direct": 1.7, "cot": 3.0, "scot": 2.3, "planner-coder": 4.8, "planner-coder-plain": 4.8,
-                           "content-free-plan": 1.9, "given-plan": 1.9, "other-plan": 4.8, "reflexion": 10.9, "mapcoder": 41.4}
-
-
-def duration(seconds: float) -> str:
-    """A rough duration for a human: "40 s", "12 min", "3.5 h"."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
-# A CPU without native bf16 runs the 0.5B in fp32: 2.5-4x slower on the avx512_bf16 CPU where both were timed, and a
-# 2-core AMD VM without it ran ~6x the bf16 figures above. our choice 5: a rough middle.
-FP32_CPU_FACTOR = 5.0
-
-
-def time_estimate(methods: list, problems: int, n: int, budgets=(256, 512), fp32=False) -> str:
-    """One line: roughly how long the run takes on a 2-core CPU with the 0.5B model (GPUs: far less). budgets: the
-    plan and code token budgets; outputs mostly end before them, so time grows with their square root (halving both
-    cut a run by ~30%)."""
-    s = sum(CPU_SECONDS_PER_PROBLEM.get(m, 5.0) for m in methods) * problems * (sum(budgets) / 768) ** 0.5
-    s *= FP32_CPU_FACTOR if fp32 else 1.0
-    return (f"estimate: ~{duration(s)} on a 2-core CPU with the 0.5B model in {'fp32' if fp32 else 'bf16'} at n=1 "
-            "(more samples or larger models take longer, a GPU far less); resumable: rerun the same command to "
-            "continue")
-
-
-def parse_adapters(pairs) -> dict:
-    """`--adapter ROLE=DIR` values (train.py's too) -> {role: DIR, or None for `ROLE=none`: the bare base}.
-    Checks each DIR before the model loads, so bad input costs a second, not a minute."""
-    adapters = {}
-    for pair in pairs:
-        role, sep, directory = pair.partition("=")
-        if not sep or role not in ADAPTER_ROLES or not directory:
-            raise UsageError(f"--adapter {pair}: expected ROLE=DIR with ROLE one of {', '.join(ADAPTER_ROLES)}")
-        if role in adapters:
-            raise UsageError(f"--adapter {pair}: {role} is given twice")
-        if directory != "none" and not os.path.isfile(os.path.join(directory, "adapter_config.json")):
-            raise UsageError(f"--adapter {pair}: no adapter_config.json in {directory}; pass a directory written "
-                             "by grpo.save_adapter (adapter_config.json + adapter_model.safetensors)")
-        adapters[role] = None if directory == "none" else directory
-    return adapters
-
-
-def check_models(model, planner_model=None) -> None:
-    """--model and --planner-model (when given) can be loaded: one UsageError line naming the flag otherwise."""
-    for flag, name in (("--model", model), ("--planner-model", planner_model)):
-        try:
-            if name:
-                agents.check_model(name)
-        except (FileNotFoundError, ValueError) as e:
-            raise UsageError(f"{flag}: {e}") from None
-
-
-def base_for(role, model, planner_model=None):
-    """The base model a role runs on: planner_model (--planner-model) for the Planner when given, else `model`."""
-    return planner_model if role == "planner" and planner_model is not None else model
-
-
-def load_adapters(model, adapters: dict, planner_model=None) -> set:
-    """Load each given adapter under its role's name onto its role's base (base_for); returns the roles now carrying
-    one."""
-    for role, directory in adapters.items():
-        if directory:
-            try:
-                grpo.load_adapter(base_for(role, model, planner_model), role, directory)
-            except (FileNotFoundError, ValueError, KeyError) as e:  # e.g. an adapter trained on another base
-                raise UsageError(f"--adapter {role}={directory}: {e}") from None
-    return {role for role, directory in adapters.items() if directory}
-
-
-def make_agent(model, roles_with_adapter, planner_model=None):
-    """agent(role) -> context manager yielding the model that plays the role, with that role's LoRA adapter when one
-    is loaded, else the bare base. planner_model: a second base model for the Planner (--planner-model), else
-    `model` plays every role."""
-
-    def agent(role):
-        base = base_for(role, model, planner_model)
-        if role in roles_with_adapter:
-            return grpo.use_adapter(base, role)
-        return grpo.adapters_off(base)
-
-    return agent
-
-
-def load_model_or_fail(args):
-    """agents.load_model with a missing / unreadable model turned into one UsageError line.
-
-    load_model's own messages are already one line that says what to pass; we only prefix the flag.
-    """
-    try:
-        return agents.load_model(args.model, device=args.device, dtype=args.dtype)
-    except (FileNotFoundError, ValueError) as e:
-        raise UsageError(f"--model: {e}") from None
+# ---------------------------------------------------------------------------------------------------
+# One chunk of one row: generate, then judge every program in the sandbox.
 
 
 def other_plan_donors(problems: list, chunk: list) -> list:
@@ -490,163 +546,143 @@ def other_plan_donors(problems: list, chunk: list) -> list:
     return [problems[(i + 1) % len(problems)] for i, _ in chunk]
 
 
-def attempt_and_judge(method, model, tokenizer, problems, agent, pool, *, n=1, temperature=0.0, seed=0,
-                      max_new_tokens=512, plan_max_new_tokens=256, repair_rounds=2, mapcoder_k=agents.MAPCODER_K,
-                      mapcoder_t=agents.MAPCODER_T, repeat=1, stop_on_failure=False, donors=None, plans=None,
-                      show=lambda text: None):
-    """Run `method` on the problems (n attempts each) and judge every program on its problem's hidden tests, all
-    of them in one pool.run (it spreads them over the workers). Returns one list of sample_record dicts per problem,
-    and the seconds spent generating and executing. train.py's held-out evaluation is this call, greedy, n = 1.
+def attempt_and_judge(team, method, problems, *, n=1, temperature=0.0, seed=0, repeat=1, stop_on_failure=False,
+                      donors=None, plans=None, show=lambda text: None):
+    """Run `method` on the problems (n attempts each, agents.run_method) and judge every program on its problem's
+    hidden tests, all of them in one pool.run (it spreads them over the workers). Returns one list of sample_record
+    dicts per problem, and the seconds spent generating and executing. train.py's held-out evaluation is this call,
+    greedy, n = 1.
 
-    repeat: runs of each passing program (the sandbox keeps the min CPU time and the median peak memory); our
-        choice 1 by default because pass@k and APR do not need it (--timing-repeats when comparing cpu_ms).
+    repeat: runs of each passing program (the sandbox keeps the min CPU time and the median peak memory); 1 by
+        default because pass@k and APR do not need it (--timing-repeats when comparing cpu_ms).
     stop_on_failure: skip the tests after the first failing one (functional / stdio; pass@k stays exact).
-    donors: other-plan only, the problem whose plan each problem's Coder gets (`other_plan_donors`).
-    plans: given-plan only, each problem's n (plan, cut) pairs.
+    donors: other-plan's donor per problem (`other_plan_donors`). plans: given-plan's n (plan, cut) pairs per problem.
     """
     show(f"generating {len(problems)} problems x n={n}")
     t0 = time.perf_counter()
-    attempts = agents.run_method(method, model, tokenizer, problems, n=n, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, plan_max_new_tokens=plan_max_new_tokens, seed=seed,
-                                 agent=agent, pool=pool, repair_rounds=repair_rounds, mapcoder_k=mapcoder_k,
-                                 mapcoder_t=mapcoder_t, donors=donors, plans=plans) if problems else []
+    attempts = agents.run_method(team, method, problems, n=n, temperature=temperature, seed=seed, donors=donors,
+                                 plans=plans) if problems else []
     t1 = time.perf_counter()
     show(f"executing {sum(map(len, attempts))} programs")
     jobs = [agents.problem_job(p, a.program, p.hidden_tests, repeat=repeat, stop_on_failure=stop_on_failure)
             for p, atts in zip(problems, attempts) for a in atts]
-    results = iter(pool.run(jobs) if jobs else [])
+    results = iter(team.pool.run(jobs) if jobs else [])
     records = [[sample_record(a, next(results)) for a in atts] for atts in attempts]
     return records, t1 - t0, time.perf_counter() - t1
 
 
+def evaluate_row(team, name, method, todo, problems, args, path, given=None):
+    """Generate + execute one row's remaining problems chunk by chunk. Each chunk's lines are appended and flushed at
+    once, so a killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size problems per
+    rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order. given: given-plan's
+    plans per problem id (load_given_plans)."""
+    rank, world = grpo.rank_and_world()
+    # disable=None: a bar on a terminal, none in a log file (a line per chunk there instead).
+    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc=name, unit="problem",
+               disable=None if rank == 0 else True)
+    for start in range(0, len(todo), args.batch_size * world):
+        whole = todo[start:start + args.batch_size * world]
+        chunk = grpo.shard(whole, rank, world)
+        # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
+        records, gen_s, exec_s = attempt_and_judge(
+            team, method, [p for _, p in chunk], n=args.n, temperature=args.temperature,
+            seed=args.seed + chunk[0][0] if chunk else 0, repeat=args.timing_repeats,
+            stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True),
+            donors=other_plan_donors(problems, chunk) if method == "other-plan" else None,
+            plans=[given[p.id] for _, p in chunk] if method == "given-plan" else None)
+        k = max(1, len(chunk))  # per-problem share of the chunk's time (generation is batched across problems)
+        share = dict(gen_s=gen_s / k, exec_s=exec_s / k, wall_s=(gen_s + exec_s) / k)
+        lines = [json.dumps({"id": p.id, "method": name, "samples": samples,
+                             "passed": sum(s["verdict"] == "passed" for s in samples), **share}) + "\n"
+                 for (_, p), samples in zip(chunk, records)]
+        lines = [line for part in grpo.gather(lines) for line in part]  # every rank's, in chunk order
+        if rank == 0:
+            with open(path, "a") as f:
+                f.writelines(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        bar.update(len(whole))
+        if rank == 0 and bar.disable:
+            done = len(problems) - len(todo) + start + len(whole)
+            print(f"{name}: {done}/{len(problems)} problems, {sum(json.loads(line)['passed'] > 0 for line in lines)}"
+                  f"/{len(lines)} of this chunk passed, {gen_s + exec_s:.0f} s")
+    bar.close()
+
+
 # ---------------------------------------------------------------------------------------------------
-# The script.
+# The script: arguments, inputs checked before anything loads, rows, summary.
 
 
 def parse_args(argv=None):
     p = OneLineParser(description=__doc__.split("\n\n")[0])
-    # --- what to evaluate ---
-    p.add_argument("--bench", default="mbpp", choices=sorted(data.LOADERS),
-                   help="benchmark (default: %(default)s)")
-    p.add_argument("--split", default="test",
-                   help="benchmark split; MBPP: test, validation, train, prompt (default: %(default)s)")
-    p.add_argument("--data", default=None, metavar="PATH",
-                   help="dataset file, overriding the default location (env CORECODE_<BENCH>, then ../shared/data)")
-    p.add_argument("--bench-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a benchmark loader option, repeatable: time_factor=2 (multiply every time limit, e.g. "
-                        "for Python on limits set for C++), time_limit_s=S (codecontests / livebench per-test "
-                        "limit), release=YYYY-MM-DD (livebench), include_generated=false (codecontests), ... "
-                        "(an unknown key lists the benchmark's options; README: Data)")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="evaluate only the first N problems of the split")
+    add_shared_flags(p)
     p.add_argument("--method", nargs="+", default=list(DEFAULT_METHODS), choices=list(agents.METHODS) + ["all"],
                    metavar="METHOD",
-                   help=f"methods to run on the same problems, from {', '.join(agents.METHODS)}, or 'all' "
-                        f"(default: {' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). "
-                        "content-free-plan: the Coder given one fixed plan that says nothing; other-plan: the Coder "
-                        "given the plan of the next problem in the list; planner-coder-plain: the Planner asked for "
-                        "the four parts by name, without the skeleton (a format control); given-plan: the Coder "
-                        "given the plans of another run (--plans-from; 'all' includes it only then)")
+                   help=f"methods to run on the same problems, from {', '.join(agents.METHODS)}, or 'all' (default: "
+                        f"{' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). The plan "
+                        "controls give the Coder a text instead of a plan: content-free-plan one fixed plan that "
+                        "says nothing, generic-plan one fixed plan of jargon that passes the format gate, "
+                        "restatement the problem's statement and first example, other-plan the plan of the next "
+                        "problem in the list. planner-coder-plain: the Planner asked for the four parts by name, "
+                        "without the skeleton (a format control); given-plan: the Coder given the plans of another "
+                        "run (--plans-from; 'all' includes it only then)")
     p.add_argument("--plans-from", default=None, metavar="FILE",
                    help="given-plan: a <row>.jsonl of an earlier run whose samples carry plans (e.g. "
-                        "planner-coder-plain of a larger model, the same split, n and problems); this run's Coder "
-                        "writes one program from each of them")
-    # --- model and adapters ---
-    p.add_argument("--model", default=os.environ.get("CORECODE_MODEL") or agents.DEFAULT_MODEL, metavar="DIR",
-                   help=f"HF model directory or hub id of the shared base model (default: $CORECODE_MODEL, else "
-                        f"{agents.DEFAULT_MODEL}, downloaded by transformers on first use)")
-    p.add_argument("--adapter", action="append", default=[], metavar="ROLE=DIR",
-                   help=f"a LoRA adapter dir (grpo.save_adapter / PEFT format) for one role, repeatable; ROLE is one "
-                        f"of {', '.join(ADAPTER_ROLES)}; a role without one is the bare base model")
-    p.add_argument("--planner-model", default=None, metavar="DIR",
-                   help="a second base model (HF dir or hub id) that plays the Planner, e.g. a larger one for a "
-                        "smaller --model Coder; --adapter planner=DIR is then an adapter of it. It must share "
-                        "--model's tokenizer. CG and plan information stay against --model's Coder (default: "
-                        "--model plays every role)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
-                   help="weights dtype; auto = bf16 on CUDA and on CPUs that compute bf16 natively "
-                        "(avx512_bf16 / AMX), else fp32 (default: %(default)s)")
-    # --- sampling ---
-    p.add_argument("-n", "--n", type=int, default=1,
-                   help="samples per problem; pass@5 needs n >= 5 (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sampling temperature; 0 = greedy (default: %(default)s); -n > 1 needs a temperature > 0")
-    p.add_argument("--max-new-tokens", type=int, default=512,
-                   help="token cap of each code completion (default: %(default)s)")
-    p.add_argument("--plan-max-new-tokens", type=int, default=256,
-                   help="token cap of each plan; CoT / SCoT get both caps together (default: %(default)s)")
-    p.add_argument("--repair-rounds", type=int, default=2,
-                   help="feedback rounds of iterative methods, e.g. Reflexion (default: %(default)s)")
-    p.add_argument("--mapcoder-k", type=int, default=agents.MAPCODER_K, metavar="K",
-                   help="mapcoder: similar problems recalled, one plan each (default: %(default)s, as MapCoder)")
-    p.add_argument("--mapcoder-t", type=int, default=agents.MAPCODER_T, metavar="T",
-                   help="mapcoder: debugging rounds per plan on the public tests (default: %(default)s, as MapCoder)")
+                        "planner-coder-plain of a larger model, the same split, n and problems)")
+    p.add_argument("-n", "--n", type=at_least(1), default=1, help="samples per problem; pass@5 needs n >= 5")
+    p.add_argument("--temperature", type=at_least(0.0, float), default=0.0,
+                   help="sampling temperature; 0 = greedy; -n > 1 needs a temperature > 0")
+    p.add_argument("--repair-rounds", type=at_least(0), default=2, help="Reflexion's feedback rounds")
     p.add_argument("--ablate", action="store_true",
                    help="adapter ablation on the same problems: planner-coder (with --adapter planner=P --adapter "
                         "coder=C) runs as four rows planner-coder[planner+coder], [planner] (w/o Coder RL), [coder] "
                         "(w/o Planner RL), [base]; likewise planner-coder-plain, and mapcoder with retriever and "
-                        "debugger adapters. Works with --method all; ablation rows have no CG")
-    p.add_argument("--seed", type=int, default=0,
-                   help="base seed; each chunk uses seed + index of its first problem (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=8,
-                   help="problems generated together, each with n samples (default: %(default)s)")
-    # --- execution and output ---
-    p.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: CPU count)")
-    p.add_argument("--stop-on-failure", action="store_true",
-                   help="functional / stdio tests: stop a program at its first failing test (pass@k exact, APR not "
-                        "reported); saves most of the CPU of wrong programs on contest benchmarks. Default: all "
-                        "tests run, so APR is exact")
-    p.add_argument("--timing-repeats", type=int, default=1, metavar="R",
-                   help="run each passing program R times; cpu_ms = min, peak_mb = median (default: %(default)s)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output dir (default: runs/eval/<bench>-<split>-<model>-n<N>-t<T>-tok<plan>-<code> under "
-                        "the current dir, "
-                        "plus -a<8 hex digits> when adapters are given: a hash of their content; settings.json "
-                        "lists their paths and digests); re-running with the same settings resumes it")
+                        "debugger adapters. Ablation rows have no CG")
+    p.add_argument("--batch-size", type=at_least(1), default=8, help="problems generated together, n samples each")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
                    help="only compare two results dirs (or two <row>.jsonl files) problem by problem and exit: per "
                         "row pass@1 of each, gained / lost problems and the exact McNemar p; loads no model")
     args = p.parse_args(argv)
-    if min(args.n, args.batch_size, args.timing_repeats, args.mapcoder_k) < 1:
-        p.error("-n, --batch-size, --timing-repeats and --mapcoder-k must be >= 1")
-    if args.mapcoder_t < 0:
-        p.error("--mapcoder-t must be >= 0")
-    if args.temperature < 0:
-        p.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature:g}")
     if args.n > 1 and args.temperature == 0:
         p.error(f"-n {args.n} with --temperature 0 would repeat one greedy answer {args.n} times: pass a temperature "
                 "> 0 (e.g. 0.8) to sample")
-    if "all" in args.method:
-        args.method = ["all"]
     if args.plans_from and not {"given-plan", "all"} & set(args.method):
         p.error("--plans-from is read only by --method given-plan")
     if "given-plan" in args.method and not args.plans_from:
         p.error("--method given-plan needs --plans-from FILE (the <row>.jsonl of a run whose samples carry plans)")
+    args.method = list(agents.METHODS) if "all" in args.method else list(dict.fromkeys(args.method))
+    if not args.plans_from:
+        args.method = [m for m in args.method if m != "given-plan"]  # 'all' without plans to give
     return args
 
 
+def default_out_dir(args) -> str:
+    """runs/eval/<bench>-<split>-<model basename>-n<N>-t<T>-tok<plan cap>-<code cap>[-a<hash of the adapters'
+    content>][-p<hash of the given plans>]: the settings a user changes most, so that changing one starts a new
+    directory rather than an error."""
+    model = os.path.basename(os.path.normpath(args.model))
+    if args.planner_model:
+        model += "-planner-" + os.path.basename(os.path.normpath(args.planner_model))
+    name = (f"{args.bench}-{args.split}-{model}-n{args.n}-t{args.temperature:g}"
+            f"-tok{args.plan_max_new_tokens}-{args.max_new_tokens}")
+    adapters = [f"{role}={digest(d)}" for role, d in sorted(args.adapters.items()) if d]
+    if adapters:  # adapter dirs are often just "planner" / "coder": their content keeps runs apart
+        name += "-a" + hashlib.sha1("\n".join(adapters).encode()).hexdigest()[:8]
+    if args.plans_from and os.path.isfile(args.plans_from):
+        name += "-p" + digest(args.plans_from)[:8]
+    return os.path.join("runs", "eval", name)
+
+
 def load_problems(args) -> list:
-    """Step 1: the problems, loaded before the model so a missing data file fails in a second, not a minute."""
+    """The problems, loaded before the model so a missing data file fails in a second, not a minute."""
     try:
         options = data.parse_bench_options(args.bench, args.bench_option)
         problems = data.load(args.bench, path=args.data, split=args.split, limit=args.limit, **options)
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
-    except ValueError as e:  # unknown split, malformed record: data.py's message is already one line
+    except (FileNotFoundError, ValueError) as e:  # data.py's message is already one line
         raise UsageError(str(e)) from None
     if not problems:
         raise UsageError(f"no problems in {args.bench}/{args.split} (check --split / --data)")
     return problems
-
-
-def file_digest(path: str) -> str:
-    """A short hash of a file's content."""
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:8]
 
 
 def load_given_plans(path: str, problems: list, n: int) -> dict:
@@ -671,19 +707,9 @@ def load_given_plans(path: str, problems: list, n: int) -> dict:
     return {p.id: by_id[p.id] for p in problems}
 
 
-def check_given_plans(path: str, given: dict) -> None:
-    """On a resume of the given-plan row, refuse results made from other plans: the results are keyed on the plans'
-    text (each sample stores the plan it was coded from), not on the --plans-from path."""
-    for r in read_records(path):
-        if r["id"] in given and [s.get("plan", "") for s in r["samples"]] != [plan for plan, _ in given[r["id"]]]:
-            raise UsageError(f"{path} holds results for other plans (problem {r['id']}) than --plans-from gives; "
-                             "pass a different --out or delete that file")
-
-
 def writable_out_dir(out_dir: str) -> None:
     """The out dir must be writable before a minute goes into loading the model. Nothing is created here: a run that
-    never starts (a bad --model, nothing to resume) leaves no directory behind; the run makes it when it first
-    writes (os.makedirs at that point)."""
+    never starts (a bad --model, nothing to resume) leaves no directory behind."""
     existing = os.path.abspath(out_dir)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
@@ -693,50 +719,42 @@ def writable_out_dir(out_dir: str) -> None:
         raise UsageError(f"--out {out_dir}: not writable; pass another --out")
 
 
-def evaluate_row(name, method, todo, problems, args, model, tokenizer, agent, pool, path, given=None):
-    """Step 5 for one row: generate + execute its remaining problems chunk by chunk. Each chunk's lines are appended
-    and flushed at once, so a killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size
-    problems per rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order.
-    given: given-plan's plans per problem id (load_given_plans)."""
-    rank, world = grpo.rank_and_world()
-    # disable=None: a bar on a terminal, none in a log file (the summary table is printed at the end).
-    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc=name, unit="problem",
-               disable=None if rank == 0 else True)
-    for start in range(0, len(todo), args.batch_size * world):
-        whole = todo[start:start + args.batch_size * world]
-        chunk = grpo.shard(whole, rank, world)
-        # Seeded by the chunk's first problem index: a resumed run reuses the seeds it would have had.
-        records, gen_s, exec_s = attempt_and_judge(
-            method, model, tokenizer, [p for _, p in chunk], agent, pool, n=args.n, temperature=args.temperature,
-            seed=args.seed + chunk[0][0] if chunk else 0, max_new_tokens=args.max_new_tokens,
-            plan_max_new_tokens=args.plan_max_new_tokens, repair_rounds=args.repair_rounds,
-            mapcoder_k=args.mapcoder_k, mapcoder_t=args.mapcoder_t, repeat=args.timing_repeats,
-            stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True),
-            donors=other_plan_donors(problems, chunk) if method == "other-plan" else None,
-            plans=[given[p.id] for _, p in chunk] if method == "given-plan" else None)
-        # Per-problem share of the chunk's time (generation is batched across problems).
-        k = max(1, len(chunk))
-        share = dict(gen_s=gen_s / k, exec_s=exec_s / k, wall_s=(gen_s + exec_s) / k)
-        lines = [json.dumps({"id": p.id, "method": name, "samples": samples,
-                             "passed": sum(s["verdict"] == "passed" for s in samples), **share}) + "\n"
-                 for (_, p), samples in zip(chunk, records)]
-        lines = [line for part in grpo.gather(lines) for line in part]  # every rank's, in chunk order
-        if rank == 0:
-            with open(path, "a") as f:
-                f.writelines(lines)
-                f.flush()
-                os.fsync(f.fileno())
-        bar.update(len(whole))
-        if rank == 0 and bar.disable:  # a log file gets one line per chunk instead of the bar
-            done = len(problems) - len(todo) + start + len(whole)
-            print(f"{name}: {done}/{len(problems)} problems, {sum(json.loads(line)['passed'] > 0 for line in lines)}"
-                  f"/{len(lines)} of this chunk passed, {gen_s + exec_s:.0f} s", flush=True)
-    bar.close()
+def check_inputs(args) -> tuple:
+    """Everything that can be wrong, checked before anything is printed or written: the adapters, the out dir and the
+    settings of the results already in it, the model, the data, the given plans. Returns (out dir, problems,
+    given plans or None)."""
+    args.adapters = parse_adapters(args.adapter)
+    out_dir = args.out or default_out_dir(args)
+    writable_out_dir(out_dir)
+    check_settings(os.path.join(out_dir, "settings.json"), settings_of(args, RESULT_SETTINGS), "results")
+    check_models(args)
+    if args.planner_model and not set(PLANNER_METHODS) & set(args.method):
+        raise UsageError(f"--planner-model: none of the methods writes a plan (those that do: "
+                         f"{', '.join(PLANNER_METHODS)})")
+    problems = load_problems(args)
+    if "other-plan" in args.method and len(problems) < 2:
+        raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
+    given = load_given_plans(args.plans_from, problems, args.n) if "given-plan" in args.method else None
+    # A resumed given-plan row must come from the same plans: each sample stores the plan it was coded from.
+    for r in read_records(os.path.join(out_dir, "given-plan.jsonl")) if given else []:
+        if r["id"] in given and [s.get("plan", "") for s in r["samples"]] != [plan for plan, _ in given[r["id"]]]:
+            raise UsageError(f"{out_dir}/given-plan.jsonl holds results for other plans (problem {r['id']}) than "
+                             "--plans-from gives; pass a different --out or delete that file")
+    return out_dir, problems, given
 
 
-def write_summary(out_dir, problems, args) -> str:
-    """Step 6: the summary over this run's problems of every row in the out dir (so a planner-coder run next to an
-    earlier direct run still reports CG); summary.json and the table. Returns the summary's path."""
+def previous_mode(out_dir):
+    """The sandbox mode of the run that made an out dir's results (summary.json), when this run executes nothing."""
+    path = os.path.join(out_dir, "summary.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("sandbox")
+
+
+def write_summary(out_dir, problems, args, mode) -> str:
+    """The summary over this run's problems of every row in the out dir (so a planner-coder run next to an earlier
+    direct run still reports CG) and the sandbox's mode: summary.json and the table. Returns the summary's path."""
     ids = {p.id for p in problems}
     records = {}
     for name in all_row_names():
@@ -744,87 +762,54 @@ def write_summary(out_dir, problems, args) -> str:
         if recs:
             records[name] = recs
     summary = summarize(records, args.n, exact_apr=not args.stop_on_failure)
-    summary_path = os.path.join(out_dir, "summary.json")
-    with open(summary_path, "w") as f:
-        json.dump(summary, f, indent=2)
+    path = os.path.join(out_dir, "summary.json")
+    with open(path, "w") as f:
+        json.dump({**summary, "sandbox": mode}, f, indent=2)
     print(format_table(summary, args.n))
     if format_pairs(summary):
         print(format_pairs(summary))
-    return summary_path
+    return path
 
 
-def run(args) -> str:
-    """Steps 1-6 of the evaluation; returns the path of summary.json (None on ranks > 0). Raises UsageError on bad
-    inputs, before anything is written."""
-    methods = list(agents.METHODS) if args.method == ["all"] else list(dict.fromkeys(args.method))
-    if not args.plans_from:
-        methods = [m for m in methods if m != "given-plan"]  # 'all' without plans to give
-    args.adapters = parse_adapters(args.adapter)
-    out_dir = args.out or default_out_dir(args)
-    # 1. Everything that can be wrong is checked before anything is printed or written: the out dir, the settings of
-    # the results already in it, the model (seconds: agents.check_model), the data.
-    writable_out_dir(out_dir)
-    settings_path = os.path.join(out_dir, "settings.json")
-    check_settings(settings_path, result_settings(args))
-    check_models(args.model, args.planner_model)
-    if args.planner_model and not set(PLANNER_METHODS) & set(methods):
-        raise UsageError(f"--planner-model: none of the methods writes a plan (those that do: "
-                         f"{', '.join(PLANNER_METHODS)})")
-    problems = load_problems(args)
-    if "other-plan" in methods and len(problems) < 2:
-        raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
-    given = load_given_plans(args.plans_from, problems, args.n) if "given-plan" in methods else None
-    if given:
-        check_given_plans(os.path.join(out_dir, "given-plan.jsonl"), given)
-    rank, world = grpo.rank_and_world()
+def evaluate(args) -> str:
+    """Check the inputs, then per row generate + execute what is left (rows already in the out dir were made with
+    the same settings: a resume), then the summary. Returns summary.json's path (None on ranks > 0)."""
+    out_dir, problems, given = check_inputs(args)
+    rank, _ = grpo.rank_and_world()
     say = print if rank == 0 else (lambda *a, **k: None)  # under torchrun rank 0 speaks for all
-    say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(methods)}; out: {out_dir}")
-    fp32 = str(args.device).startswith("cpu") and agents.resolve_dtype(args.dtype, "cpu") == torch.float32
-    say(time_estimate(methods, len(problems), args.n, (args.plan_max_new_tokens, args.max_new_tokens), fp32))
-
-    # 2. The rows (one per method, or one per adapter combination of an ablated method: --ablate); results already in
-    # the out dir were made with the same settings (resume). The adapters were checked by parse_adapters above.
-    rows = result_rows(methods, args.ablate, {role for role, d in args.adapters.items() if d})
-
-    # 3. What is left to do per row: problems whose line is already in <row>.jsonl are skipped.
+    say(f"{len(problems)} {args.bench}/{args.split} problems; methods: {', '.join(args.method)}; out: {out_dir}")
+    # The rows (one per method, or one per adapter combination of an ablated method: --ablate), each with the
+    # problems not yet in its <row>.jsonl.
+    rows = result_rows(args.method, args.ablate, {role for role, d in args.adapters.items() if d})
     todo = {}
     for name, _, _ in rows:
         done = {r["id"] for r in read_records(os.path.join(out_dir, f"{name}.jsonl"))}
         todo[name] = [(i, p) for i, p in enumerate(problems) if p.id not in done]
         if len(todo[name]) < len(problems):
             say(f"{name}: skipped {len(problems) - len(todo[name])} done problems, {len(todo[name])} to go")
-
-    # 4. Model + adapters, only when there is generation left to do. Nothing is written to the out dir before this
-    # succeeds, so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
-    model = tokenizer = planner_model = None
-    loaded = set()
-    if any(todo.values()):
-        model, tokenizer = load_model_or_fail(args)
-        if args.planner_model:
-            try:
-                planner_model = agents.load_second_model(args.planner_model, tokenizer, args.device, args.dtype)
-            except (FileNotFoundError, ValueError) as e:
-                raise UsageError(f"--planner-model: {e}") from None
-        loaded = load_adapters(model, args.adapters, planner_model)
-        say(f"model {args.model}{f' (Planner: {args.planner_model})' if planner_model else ''} on "
-            f"{next(model.parameters()).device} "
-            f"{str(next(model.parameters()).dtype).replace('torch.', '')}; "
-            f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
-            f"(all arguments: {os.path.join(out_dir, 'args.json')})")
-    if rank == 0:
-        os.makedirs(out_dir, exist_ok=True)
-        write_settings(settings_path, result_settings(args))
-        with open(os.path.join(out_dir, "args.json"), "w") as f:
-            json.dump(vars(args), f, indent=2)
-
-    # 5. Generate + execute, row by row; an ablation row's agent has every loaded adapter but those it switches off.
-    with SandboxPool(args.workers) if any(todo.values()) else contextlib.nullcontext() as pool:
-        for name, method, off in rows:
-            agent = make_agent(model, loaded - off, planner_model) if model is not None else None
-            evaluate_row(name, method, todo[name], problems, args, model, tokenizer, agent, pool,
-                         os.path.join(out_dir, f"{name}.jsonl"), given=given)
-    # 6. Summary (rank 0 writes it).
-    return write_summary(out_dir, problems, args) if rank == 0 else None
+    with open_pool(args) if any(todo.values()) else contextlib.nullcontext() as pool:
+        mode = pool.mode if pool else previous_mode(out_dir)
+        say(sandbox.mode_line(mode) if mode else "sandbox: not started (nothing left to run)")
+        # The model, only when there is generation left to do; nothing is written to the out dir before it loads,
+        # so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
+        team = load_team(args, pool) if any(todo.values()) else None
+        if team is not None:
+            say(f"model {args.model}{f' (Planner: {args.planner_model})' if args.planner_model else ''} on "
+                f"{next(team.model.parameters()).device} {str(next(team.model.parameters()).dtype)[6:]}; "
+                f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}, n={args.n} "
+                f"(all arguments: {os.path.join(out_dir, 'args.json')})")
+        if rank == 0:
+            os.makedirs(out_dir, exist_ok=True)
+            if not os.path.exists(os.path.join(out_dir, "settings.json")):
+                with open(os.path.join(out_dir, "settings.json"), "w") as f:
+                    json.dump(settings_of(args, RESULT_SETTINGS), f, indent=2)
+            with open(os.path.join(out_dir, "args.json"), "w") as f:
+                json.dump(vars(args), f, indent=2)
+        for name, method, off in rows:  # an ablation row acts with every loaded adapter but those it switches off
+            row_team = dataclasses.replace(team, adapters=team.adapters - off) if team else None
+            evaluate_row(row_team, name, method, todo[name], problems, args, os.path.join(out_dir, f"{name}.jsonl"),
+                         given)
+    return write_summary(out_dir, problems, args, mode) if rank == 0 else None
 
 
 def main(argv=None) -> int:
@@ -836,31 +821,14 @@ def main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
-    # (0, 1, device) under plain python; under torchrun the process group, rank r on cuda:LOCAL_RANK (or the CPU).
-    rank, world, args.device = grpo.dist_setup(args.device)
-    where = f"rank {rank}: " if world > 1 else ""
-    try:
-        summary_path = run(args)
-    except UsageError as e:
-        print(f"error: {where}{e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        # Every finished chunk is on disk (appended and fsynced): the same command skips it and continues.
-        out = args.out or (default_out_dir(args) if hasattr(args, "adapters") else "the out dir")
-        print(f"\n{where}interrupted: finished chunks are saved in {out}; the same command continues where this one "
-              "stopped", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if world == 1:
-            raise
-        # One line naming the rank; torchrun then stops the other ranks and exits non-zero.
-        print(f"error: {where}{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
-        return 1
-    finally:
-        grpo.dist_teardown()
-    if summary_path:
-        print(f"summary: {summary_path}")
-    return 0
+    out = lambda: args.out or (default_out_dir(args) if hasattr(args, "adapters") else "the out dir")
+    summary = []
+    rc = cli(lambda a: summary.append(evaluate(a)), args,
+             lambda: f"finished chunks are saved in {out()}; the same command continues where this one stopped: "
+                     f"python evaluate.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
+    if rc == 0 and summary[0]:
+        print(f"summary: {summary[0]}")
+    return rc
 
 
 if __name__ == "__main__":

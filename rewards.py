@@ -1,11 +1,11 @@
 """Rewards and metrics: pure functions from sandbox measurements (pass rates, CPU seconds, peak bytes) to
 numbers.
 
-What it is: the Planner reward (pass rate of the code the frozen Coder writes from a thought, then a
+What it is: the Planner reward (pass rate of the code the frozen Coder writes from a plan, then a
 sigmoid-weighted CPU-time bonus), the Coder reward (pass rate, then a space-efficiency bonus relative to
 O_target, the lowest peak memory among the group's all-passing programs), the unbiased pass@k estimator,
 APR (average pass rate), Collaboration Gain, and a toy reward for train.py's sanity-check stage.
-MapCoder's Retrieval and Debugging agents reuse these: a recollection is scored like a thought (planner_rewards
+MapCoder's Retrieval and Debugging agents reuse these: a recollection is scored like a plan (planner_rewards
 of the programs the frozen Planner -> Coder write from it), a repair like a program (coder_rewards); train.py's
 STAGES table says which applies.
 
@@ -53,7 +53,7 @@ def _check_rates(rates, what):
 def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3, tie_margin=0.5,
                     noise_rel=0.25, noise_abs_s=1e-3):
     """Rewards of one group of G Algorithmic Thoughts: pass_rates[g][m], cpu_s[g][m] for the M programs
-    the frozen Coder wrote from thought g. Returns G floats in [0, 1 + w_time).
+    the frozen Coder wrote from plan g. Returns G floats in [0, 1 + w_time).
 
         r_g   = P_g + w_eff * B_g
         P_g   = mean_m pass_rates[g][m]                                   (correctness first)
@@ -64,11 +64,11 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
                 the noise floor of the median counts as the median (a tie), so G copies of one program get equal
                 rewards and zero advantages, while a real difference keeps its order.
         w_eff = min(w_time, tie_margin * delta), delta = the smallest gap P_g - P_h > 0 between a
-                thought g and a thought h that earns a bonus (B_h > 0); w_eff = w_time if none exists.
+                plan g and a plan h that earns a bonus (B_h > 0); w_eff = w_time if none exists.
 
     Why this is exactly lexicographic: if P_g > P_h then P_g - P_h >= delta > w_eff >= w_eff*(B_h - B_g)
     (B is in [0, 1)), so r_g > r_h. With M = 1 a bonus earner has P_h = 1, nothing beats it, and
-    w_eff = w_time. Among thoughts with equal P, the one whose all-passing programs are faster wins.
+    w_eff = w_time. Among plans with equal P, the one whose all-passing programs are faster wins.
     A group where nothing passes gets all rewards exactly 0.
 
     w_time: our choice 0.1, the largest time bonus (a tenth of full correctness) because efficiency is
@@ -94,11 +94,11 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
     if w_time < 0 or sharpness < 0 or min_cpu_s <= 0 or noise_rel < 0 or noise_abs_s < 0:
         raise ValueError("w_time, sharpness, noise_rel and noise_abs_s must be >= 0 and min_cpu_s > 0")
     if len(pass_rates) != len(cpu_s):
-        raise ValueError(f"pass_rates has {len(pass_rates)} thoughts but cpu_s has {len(cpu_s)}")
+        raise ValueError(f"pass_rates has {len(pass_rates)} plans but cpu_s has {len(cpu_s)}")
     for g, (ps, ts) in enumerate(zip(pass_rates, cpu_s)):
         if len(ps) != len(ts) or len(ps) == 0:
-            raise ValueError(f"thought {g}: {len(ps)} pass rates vs {len(ts)} CPU times (need equal, >= 1)")
-        _check_rates(ps, f"thought {g}")
+            raise ValueError(f"plan {g}: {len(ps)} pass rates vs {len(ts)} CPU times (need equal, >= 1)")
+        _check_rates(ps, f"plan {g}")
     P = [float(np.mean(ps)) for ps in pass_rates]  # (G,)
     # The all-passing programs are the only ones whose speed counts.
     times = [t for ps, ts in zip(pass_rates, cpu_s) for p, t in zip(ps, ts) if p >= 1.0 and _measured(t)]
@@ -116,7 +116,7 @@ def planner_rewards(pass_rates, cpu_s, w_time=0.1, sharpness=4.0, min_cpu_s=1e-3
 
 
 def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise_rel=0.1, noise_bytes=1 << 20):
-    """Rewards of one group of G programs written from the same thought. Returns G floats in
+    """Rewards of one group of G programs written from the same plan. Returns G floats in
     [0, 1 + w_mem].
 
         r_i      = p_i + w_mem * b_i
@@ -161,14 +161,14 @@ def coder_rewards(pass_rates, peak_bytes, w_mem=0.1, smooth_bytes=1 << 20, noise
 
 
 def format_gated(rewards, checks, penalty=0.5, cut_penalty=0.1):
-    """The Planner stage's format gate. checks[g] is agents.plan_check of thought g: "ok" keeps its reward, "cut" (it
+    """The Planner stage's format gate. checks[g] is agents.plan_check of plan g: "ok" keeps its reward, "cut" (it
     ran into the token budget, well formed as far as it went) keeps its reward minus cut_penalty, anything else
     (malformed, copied placeholders, content-free) gets -penalty whatever its code scored.
 
     our choice (train.py --format-penalty, --cut-penalty): the reward only scores the code the frozen Coder writes,
     and the Coder also sees the problem, so the cheapest way up is a plan that says nothing (copied placeholders,
     labels without content, generic steps) and lets the Coder code alone. A pilot at lr 1e-4 drifted there in 8 steps
-    (plans with all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed thought that fails (0)
+    (plans with all four parts 26/30 -> 1/30). The gate makes format come first: a well-formed plan that fails (0)
     beats a broken one that passes (-penalty), so even an all-failing group teaches the format.
     penalty 0.5: below every well-formed reward (>= 0), so the order is strict, and small enough that the
         advantages of format errors do not swamp the pass-rate signal in mixed groups.
@@ -182,6 +182,20 @@ def format_gated(rewards, checks, penalty=0.5, cut_penalty=0.1):
         raise ValueError(f"penalty and cut_penalty must be >= 0, got {penalty}, {cut_penalty}")
     return [float(r) if c == "ok" else float(r) - cut_penalty if c == "cut" else -float(penalty)
             for r, c in zip(rewards, checks)]
+
+
+def rank_changed(rewards, without, group_size):
+    """The share of groups (consecutive runs of group_size) whose ranking a reward term changed: the order of
+    `rewards` differs from the order of `without`, the same rewards without that term (ties are an order too, so a
+    term that only breaks a tie changed the ranking). GRPO's advantages see nothing else of a term: one that never
+    changes a ranking adds a constant within each group and teaches nothing."""
+    def order(group):
+        return [sorted(set(group)).index(x) for x in group]  # dense ranks
+
+    n = len(rewards) // group_size
+    changed = [order(rewards[i * group_size:(i + 1) * group_size]) != order(without[i * group_size:(i + 1) * group_size])
+               for i in range(n)]
+    return sum(changed) / n if n else 0.0
 
 
 def mcnemar_exact(b, c):
@@ -240,7 +254,7 @@ def apr(pass_rates):
 
 def collaboration_gain(pass1_with, pass1_without):
     """Collaboration Gain: pass@1 of the Coder given the helper agent's output (e.g. the Planner's
-    thought) minus pass@1 of the Coder alone, on the same problems. Positive = the helper helps."""
+    plan) minus pass@1 of the Coder alone, on the same problems. Positive = the helper helps."""
     return float(pass1_with) - float(pass1_without)
 
 

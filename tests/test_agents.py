@@ -5,7 +5,6 @@ The pipelines run on the tiny random model, so their outputs are garbage: those 
 completions in the shapes instruct models really produce.
 """
 import ast
-import contextlib
 
 import pytest
 
@@ -76,7 +75,7 @@ def test_planner_prompt_has_chat_template_problem_and_four_sections(tiny):
     prompt = roles.planner_prompt(tok, assert_problem())
     assert prompt.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in prompt
     assert "Write a function to add two numbers" in prompt and "assert add_nums(1, 2) == 3" in prompt
-    assert roles.plan_sections(prompt) == list(roles.PLAN_SECTIONS)
+    assert all(part in prompt for part in roles.PLAN_PARTS)
     assert prompt.endswith("<|im_start|>assistant\n" + roles.PLAN_PREFIX)
 
 
@@ -261,12 +260,17 @@ def test_extract_code_non_string_is_empty():
 TOKENS = dict(max_new_tokens=6, plan_max_new_tokens=6)
 
 
+def team(tiny, **kw):
+    """The tiny model in every role, with small token caps."""
+    return roles.Team(*tiny, **{**TOKENS, **kw})
+
+
 @pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "planner-coder-plain", "content-free-plan",
                                     "other-plan"])
 def test_method_returns_n_attempts_per_problem(tiny, method):
     model, tok = tiny
     problems = [assert_problem(0), stdio_problem(), assert_problem(2)]
-    out = roles.run_method(method, model, tok, problems, n=2, temperature=1.0, **TOKENS)
+    out = roles.run_method(team(tiny), method, problems, n=2, temperature=1.0)
     assert len(out) == 3 and all(len(a) == 2 for a in out)
     assert all(isinstance(x.program, str) and isinstance(x.raw, str) and isinstance(x.plan, str) for a in out for x in a)
 
@@ -289,13 +293,10 @@ def test_planner_coder_one_sample_call_per_stage_and_plans_reach_coder(tiny, mon
     calls = _record_sample(monkeypatch)
     roles_seen = []
 
-    @contextlib.contextmanager
-    def agent(role):
-        roles_seen.append(role)
-        yield model
-
+    real = roles.acting
+    monkeypatch.setattr(roles, "acting", lambda team, role: roles_seen.append(role) or real(team, role))
     problems = [assert_problem(0), assert_problem(1)]
-    out = roles.run_method("planner-coder", model, tok, problems, n=3, temperature=1.0, agent=agent, **TOKENS)
+    out = roles.run_method(team(tiny), "planner-coder", problems, n=3, temperature=1.0)
     assert roles_seen == ["planner", "coder"] and len(calls) == 2
     (plan_prompts, g, stop), (code_prompts, g2, _) = calls
     assert len(plan_prompts) == 2 and g == 3 and stop == list(roles.PLANNER_STOP)
@@ -309,8 +310,8 @@ def test_planner_coder_one_sample_call_per_stage_and_plans_reach_coder(tiny, mon
 def test_content_free_plan_gives_every_problem_the_same_fixed_plan_without_a_planner(tiny, monkeypatch):
     model, tok = tiny
     calls = _record_sample(monkeypatch)
-    out = roles.run_method("content-free-plan", model, tok, [assert_problem(0), assert_problem(1)], n=1,
-                           temperature=0.0, **TOKENS)
+    out = roles.run_method(team(tiny), "content-free-plan", [assert_problem(0), assert_problem(1)], n=1,
+                           temperature=0.0)
     assert len(calls) == 1 and calls[0][2] is None  # one Coder call, no Planner call (no plan stop strings)
     assert [a.plan for (a,) in out] == [roles.CONTENT_FREE_PLAN] * 2
     assert all(roles.CONTENT_FREE_PLAN in prompt for prompt in calls[0][0])
@@ -320,8 +321,7 @@ def test_other_plan_codes_each_problem_from_its_donors_plan(tiny, monkeypatch):
     model, tok = tiny
     calls = _record_sample(monkeypatch)
     problems = [assert_problem(0), assert_problem(1), assert_problem(2)]
-    out = roles.run_method("other-plan", model, tok, problems, n=1, temperature=0.0, donors=problems[1:] + problems[:1],
-                           **TOKENS)
+    out = roles.run_method(team(tiny), "other-plan", problems, n=1, temperature=0.0, donors=problems[1:] + problems[:1])
     plan_prompts, code_prompts = calls[0][0], calls[1][0]
     # The Planner wrote for the donors (1, 2, 0); the Coder of problem i saw problem i's statement and donor i's plan.
     assert [f"(variant {k})" in p for k, p in zip((1, 2, 0), plan_prompts)] == [True] * 3
@@ -331,9 +331,9 @@ def test_other_plan_codes_each_problem_from_its_donors_plan(tiny, monkeypatch):
 def test_other_plan_refuses_a_problem_as_its_own_donor(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="one other problem"):
-        roles.run_method("other-plan", model, tok, [assert_problem(0)], donors=[assert_problem(0)], **TOKENS)
+        roles.run_method(team(tiny), "other-plan", [assert_problem(0)], donors=[assert_problem(0)])
     with pytest.raises(ValueError, match="at least 2"):
-        roles.run_method("other-plan", model, tok, [assert_problem(0)], **TOKENS)
+        roles.run_method(team(tiny), "other-plan", [assert_problem(0)])
 
 
 def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(tiny, monkeypatch):
@@ -341,7 +341,7 @@ def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(ti
     calls = _record_sample(monkeypatch)
     problems = [assert_problem(0), assert_problem(1)]
     given = [[("Plan A0", False), ("Plan A1", True)], [("Plan B0", False), ("Plan B1", False)]]
-    out = roles.run_method("given-plan", model, tok, problems, n=2, temperature=1.0, plans=given, **TOKENS)
+    out = roles.run_method(team(tiny), "given-plan", problems, n=2, temperature=1.0, plans=given)
     assert len(calls) == 1 and calls[0][2] is None  # one Coder call, no Planner call (no plan stop strings)
     assert [[(a.plan, a.plan_cut) for a in atts] for atts in out] == given
     # Problem-major: problem i's prompts hold its own statement and its own plans.
@@ -352,39 +352,31 @@ def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(ti
 def test_given_plan_refuses_plans_that_are_not_n_per_problem(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="n plans per problem"):
-        roles.run_method("given-plan", model, tok, [assert_problem(0)], n=2, plans=[[("Plan", False)]], **TOKENS)
+        roles.run_method(team(tiny), "given-plan", [assert_problem(0)], n=2, plans=[[("Plan", False)]])
     with pytest.raises(ValueError, match="n plans per problem"):
-        roles.run_method("given-plan", model, tok, [assert_problem(0)], n=1, **TOKENS)
+        roles.run_method(team(tiny), "given-plan", [assert_problem(0)], n=1)
 
 
 def test_a_plan_that_runs_into_the_budget_is_marked_cut(tiny):
     model, tok = tiny
     # The tiny random model never stops within 6 tokens (no EOS, no stop string): every plan is cut at the budget.
-    (a,), = roles.run_method("planner-coder", model, tok, [assert_problem(0)], n=1, temperature=0.0, **TOKENS)
+    (a,), = roles.run_method(team(tiny), "planner-coder", [assert_problem(0)], n=1, temperature=0.0)
     assert a.plan_cut
-    (b,), = roles.run_method("content-free-plan", model, tok, [assert_problem(0)], n=1, temperature=0.0, **TOKENS)
+    (b,), = roles.run_method(team(tiny), "content-free-plan", [assert_problem(0)], n=1, temperature=0.0)
     assert not b.plan_cut
-
-
-def test_greedy_decodes_each_distinct_prompt_once(tiny, monkeypatch):
-    model, tok = tiny
-    calls = _record_sample(monkeypatch)
-    out = roles.run_method("direct", model, tok, [assert_problem(0)] * 2, n=3, temperature=0.0, **TOKENS)
-    assert len(calls[0][0]) == 1 and calls[0][1] == 1
-    assert len({a.raw for atts in out for a in atts}) == 1 and all(len(a) == 3 for a in out)
 
 
 def test_same_seed_same_attempts(tiny):
     model, tok = tiny
-    run = lambda seed: [a.raw for atts in roles.run_method("cot", model, tok, [assert_problem()], n=2,
-                                                           temperature=1.0, seed=seed, **TOKENS) for a in atts]
+    run = lambda seed: [a.raw for atts in roles.run_method(team(tiny), "cot", [assert_problem()], n=2,
+                                                           temperature=1.0, seed=seed) for a in atts]
     assert run(1) == run(1)
 
 
 def test_unknown_method_is_a_clear_error(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="unknown method"):
-        roles.run_method("magic", model, tok, [assert_problem()])
+        roles.run_method(team(tiny), "magic", [assert_problem()])
 
 
 def test_reflexion_repairs_only_failing_attempts_from_public_feedback(tiny, monkeypatch):
@@ -399,7 +391,7 @@ def test_reflexion_repairs_only_failing_attempts_from_public_feedback(tiny, monk
 
     monkeypatch.setattr(roles, "check_public", fake_check)
     problems = [assert_problem(0), assert_problem(1)]
-    out = roles.run_method("reflexion", model, tok, problems, n=2, temperature=1.0, pool=object(), repair_rounds=2, **TOKENS)
+    out = roles.run_method(team(tiny, pool=object(), repair_rounds=2), "reflexion", problems, n=2, temperature=1.0)
     assert checked == [["mbpp/0", "mbpp/0", "mbpp/1", "mbpp/1"], ["mbpp/0", "mbpp/0"]]
     assert [len(c[0]) for c in calls] == [2, 2, 2]  # direct for both, then two repair rounds for problem 0's two attempts
     assert all("public feedback for mbpp/0" in prompt for prompt in calls[1][0] + calls[2][0])
@@ -429,8 +421,8 @@ def test_reflexion_with_real_sandbox_never_leaks_hidden_tests(tiny, monkeypatch)
     calls = _record_sample(monkeypatch)
     # The tiny model writes no working code, so every attempt fails its public test and gets repaired.
     with sandbox.SandboxPool(1) as pool:
-        out = roles.run_method("reflexion", model, tok, [assert_problem(), stdio_problem()], n=1, temperature=1.0,
-                               pool=pool, repair_rounds=1, **TOKENS)
+        out = roles.run_method(team(tiny, pool=pool, repair_rounds=1), "reflexion", [assert_problem(), stdio_problem()],
+                               n=1, temperature=1.0)
     assert len(calls) == 2 and len(calls[1][0]) == 2 and all(a[0].rounds == 1 for a in out)
     prompts = [p for c in calls for p in c[0]]
     assert not any("HIDDEN-ONLY" in p or "5 7" in p for p in prompts)
@@ -450,10 +442,10 @@ def test_real_model_plans_follow_the_format_and_code_parses(mbpp_path):
 
     model, tok = roles.load_model(real)
     problems = data.load("mbpp", mbpp_path, split="validation", limit=2)
-    out = roles.run_method("planner-coder", model, tok, problems, n=1, temperature=0.0, max_new_tokens=256,
-                           plan_max_new_tokens=200)
+    out = roles.run_method(roles.Team(model, tok, max_new_tokens=256, plan_max_new_tokens=200), "planner-coder",
+                           problems, n=1, temperature=0.0)
     for (a,) in out:
-        assert roles.plan_sections(a.plan) == list(roles.PLAN_SECTIONS) and "```" not in a.plan
+        assert list(roles.plan_parts(a.plan)) == [s.lower() for s in roles.PLAN_PARTS] and "```" not in a.plan
         assert a.program and ast.parse(a.program)
 
 
@@ -585,17 +577,15 @@ def test_plan_parts_splits_on_the_labels():
 def test_a_second_planner_model_writes_the_plans_and_the_first_codes_them(tiny, tiny_planner_model_dir):
     """--planner-model: planner-coder with the Planner on a second base writes that base's own plans, and the first
     model codes them exactly as given-plan would: each role runs on its own model, nothing else changes."""
-    import evaluate
-
     model, tok = tiny
     planner = roles.load_second_model(tiny_planner_model_dir, tok, device="cpu", dtype="float32")
     problems = [assert_problem(0), assert_problem(1)]
-    kw = dict(n=1, temperature=0.0, max_new_tokens=8, plan_max_new_tokens=12)
-    pair = roles.run_method("planner-coder", model, tok, problems, agent=evaluate.make_agent(model, set(), planner),
-                            **kw)
-    alone = roles.run_method("planner-coder", planner, tok, problems, **kw)  # the second model in both roles
-    given = roles.run_method("given-plan", model, tok, problems, plans=[[(a.plan, a.plan_cut)] for a, in alone], **kw)
-    own = roles.run_method("planner-coder", model, tok, problems, **kw)  # the first model in both roles
+    caps, kw = dict(max_new_tokens=8, plan_max_new_tokens=12), dict(n=1, temperature=0.0)
+    pair = roles.run_method(roles.Team(model, tok, planner_model=planner, **caps), "planner-coder", problems, **kw)
+    alone = roles.run_method(roles.Team(planner, tok, **caps), "planner-coder", problems, **kw)  # the second in both roles
+    given = roles.run_method(roles.Team(model, tok, **caps), "given-plan", problems,
+                             plans=[[(a.plan, a.plan_cut)] for a, in alone], **kw)
+    own = roles.run_method(roles.Team(model, tok, **caps), "planner-coder", problems, **kw)  # the first in both roles
     assert [a.plan for a, in pair] == [a.plan for a, in alone] != [a.plan for a, in own]
     assert [a.raw for a, in pair] == [a.raw for a, in given]
 

@@ -83,6 +83,24 @@ def test_summarize_plan_info_is_own_plan_minus_content_free_plan_with_paired_cou
     assert "plan_info" not in evaluate.summarize({"planner-coder": own}, n=1)["planner-coder"]
 
 
+def test_plan_information_is_measured_against_the_strongest_control_on_the_same_problems():
+    own = [rec("a", ["passed"]), rec("b", ["passed"]), rec("c", ["failed"])]
+    free = [rec("a", ["failed"]), rec("b", ["failed"]), rec("c", ["failed"])]
+    restated = [rec("a", ["passed"]), rec("b", ["failed"]), rec("c", ["passed"])]
+    s = evaluate.summarize({"planner-coder": own, "content-free-plan": free, "restatement": restated}, n=1)
+    assert s["planner-coder"]["plan_info_vs"] == "restatement" and s["planner-coder"]["plan_info"] == pytest.approx(0)
+    assert (s["planner-coder"]["plan_info_gained"], s["planner-coder"]["plan_info_lost"]) == (1, 1)
+
+
+def test_the_plan_controls_give_the_coder_their_text_and_the_generic_plan_passes_the_gate(mbpp_path):
+    problem = evaluate.data.load("mbpp", path=mbpp_path, split="validation", limit=1)[0]
+    restated = evaluate.agents.restatement_plan(problem)
+    assert problem.statement.split()[0] in restated and problem.public_tests[0] in restated
+    # The generic plan slips past every text rule (that is why it is a control); a restatement does not.
+    assert evaluate.agents.plan_check(evaluate.agents.GENERIC_PLAN, problem=problem) == "ok"
+    assert evaluate.agents.plan_check(restated, problem=problem) == "restatement"
+
+
 def test_summarize_reports_the_plans_format_and_share_cut_at_the_budget_for_methods_with_plans():
     good = ("Input/Output: a list of ints; their sum.\nSteps: 1. Add every number to a running total.\n"
             "Conditions: an empty list sums to 0.\nLoops: over the list once.")
@@ -181,7 +199,7 @@ def test_method_all_exits_0_and_writes_every_method(all_run):
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     # 'all' = every method but given-plan, which needs --plans-from
-    assert set(summary) == set(evaluate.agents.METHODS) - {"given-plan"}
+    assert set(summary) == set(evaluate.agents.METHODS) - {"given-plan"} | {"sandbox"}
     for method in set(evaluate.agents.METHODS) - {"given-plan"}:
         with open(os.path.join(out, f"{method}.jsonl")) as f:
             lines = [json.loads(line) for line in f]
@@ -193,12 +211,14 @@ def test_summary_has_the_promised_keys(all_run):
     _, out, _ = all_run
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
+    mode = summary.pop("sandbox")  # the sandbox's mode is recorded with the results
+    assert {"name", "isolated", "cpu_counted", "memory_counted", "missing"} <= set(mode)
     for method, metrics in summary.items():
         assert {"pass@1", "apr", "cpu_ms", "peak_mb", "wall_s"} <= set(metrics), method
         assert "pass@5" not in metrics  # n = 1
     assert "cg" in summary["planner-coder"] and "plan_info" in summary["planner-coder"]
     with open(os.path.join(out, "args.json")) as f:
-        assert json.load(f)["method"] == ["all"]
+        assert json.load(f)["method"] == [m for m in evaluate.agents.METHODS if m != "given-plan"]  # 'all' resolved
 
 
 def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypatch):
@@ -362,7 +382,7 @@ def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_p
     with open(mbpp_path) as f:
         code = {f"mbpp/{r['task_id']}": r["code"] for r in map(json.loads, f)}
 
-    def fake_run_method(method, model, tokenizer, problems, n, **_):
+    def fake_run_method(team, method, problems, n, **_):
         # Sample 0: the reference solution; sample 1: a program that defines nothing.
         return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0, plan_cut=False),
                  types.SimpleNamespace(program="pass", raw="", plan="", rounds=0, plan_cut=False)] for p in problems]
@@ -434,7 +454,7 @@ def test_defaults_are_greedy_the_method_pair_and_the_default_model(monkeypatch):
     monkeypatch.delenv("CORECODE_MODEL", raising=False)
     args = evaluate.parse_args(["--bench", "mbpp"])
     assert args.temperature == 0 and args.n == 1 and args.split == "test"
-    assert args.method == ["direct", "planner-coder", "content-free-plan"]
+    assert args.method == ["direct", "planner-coder", "content-free-plan", "generic-plan", "restatement"]
     assert args.model == evaluate.agents.DEFAULT_MODEL
     monkeypatch.setenv("CORECODE_MODEL", "/some/dir")
     assert evaluate.parse_args([]).model == "/some/dir"
@@ -474,7 +494,7 @@ def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_pa
         jobs.append(real(*a, **kw))
         return jobs[-1]
     monkeypatch.setattr(evaluate.agents, "problem_job", spy)
-    monkeypatch.setattr(evaluate.agents, "run_method", lambda method, model, tok, problems, n, **_: [
+    monkeypatch.setattr(evaluate.agents, "run_method", lambda team, method, problems, n, **_: [
         [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0, plan_cut=False)] for _ in problems])
     fixture = os.path.join(ROOT, "tests", "fixtures", "codeforces.jsonl")
     assert evaluate.main(["--bench", "codeforces", "--data", fixture, "--method", "direct", "--dtype", "float32",
@@ -490,18 +510,18 @@ def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_pa
         assert json.load(f)["bench_option"] == ["time_factor=2"]
 
 
-def test_time_estimate_is_printed_before_the_run(tiny_model_dir, mbpp_path, tmp_path, capsys):
+def test_the_sandbox_mode_is_said_before_the_run(tiny_model_dir, mbpp_path, tmp_path, capsys):
     assert evaluate.main(FAST + ["--method", "direct", "--model", tiny_model_dir, "--data", mbpp_path,
                                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "estimate: ~" in out and out.index("estimate") < out.index("summary:")
+    assert out.splitlines()[1].startswith("sandbox:") and out.index("sandbox:") < out.index("summary:")
 
 
 def test_batch_size_chunks_the_problems(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
     # --batch-size bounds memory: run_method sees at most that many problems at once, and every problem is written.
     sizes, real = [], evaluate.agents.run_method
-    monkeypatch.setattr(evaluate.agents, "run_method", lambda m, mo, t, probs, **kw: sizes.append(len(probs))
-                        or real(m, mo, t, probs, **kw))
+    monkeypatch.setattr(evaluate.agents, "run_method", lambda team, m, probs, **kw: sizes.append(len(probs))
+                        or real(team, m, probs, **kw))
     assert evaluate.main(FAST + ["--limit", "3", "--method", "direct", "--batch-size", "2", "--model", tiny_model_dir,
                                  "--data", mbpp_path, "--out", str(tmp_path)]) == 0
     assert sizes == [2, 1] and len(evaluate.read_records(str(tmp_path / "direct.jsonl"))) == 3
@@ -518,7 +538,7 @@ def test_ctrl_c_is_one_line_saying_the_same_command_continues(monkeypatch, tmp_p
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evaluate, "run", interrupted)
+    monkeypatch.setattr(evaluate, "evaluate", interrupted)
     assert evaluate.main(["--out", str(tmp_path / "o")]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "same command continues" in err[0] and str(tmp_path / "o") in err[0]
@@ -551,5 +571,5 @@ def test_the_planner_model_decides_the_default_out_dir_and_the_settings(tiny_mod
     alone = evaluate.parse_args(["--model", tiny_model_dir])
     alone.adapters = {}
     assert evaluate.default_out_dir(args) != evaluate.default_out_dir(alone)
-    assert evaluate.result_settings(args)["planner_model"] == tiny_planner_model_dir
-    assert evaluate.result_settings(alone)["planner_model"] is None
+    assert evaluate.settings_of(args, evaluate.RESULT_SETTINGS)["planner_model"] == tiny_planner_model_dir
+    assert evaluate.settings_of(alone, evaluate.RESULT_SETTINGS)["planner_model"] is None

@@ -6,7 +6,6 @@ feedback; a batch where nothing fails is skipped cleanly), and evaluate.py's --m
 The tiny model writes nonsense, so model-driven tests check plumbing only; behaviour is checked with scripted
 completions whose right answer is known.
 """
-import contextlib
 import json
 import os
 
@@ -235,14 +234,11 @@ def test_mapcoder_ranks_plans_debugs_t_rounds_then_tries_the_next_plan(tiny, mon
     model, tok = tiny
     log = scripted(monkeypatch)
     roles_seen = []
+    real_acting = agents.acting
+    monkeypatch.setattr(agents, "acting", lambda team, role: roles_seen.append(role) or real_acting(team, role))
 
-    @contextlib.contextmanager
-    def agent(role):
-        roles_seen.append(role)
-        yield model
-
-    out = agents.run_method("mapcoder", model, tok, [add_problem()], n=1, temperature=0.0, agent=agent, pool=object(),
-                            mapcoder_k=3, mapcoder_t=2)
+    out = agents.run_method(agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=2), "mapcoder",
+                            [add_problem()], n=1, temperature=0.0)
     # Most confident plan (beta) coded, debugged twice, then the next plan (alpha) coded and it passes.
     assert roles_seen == ["retriever", "planner", "coder", "debugger", "debugger", "coder"]
     assert [role for role, _ in log["calls"]] == roles_seen
@@ -259,8 +255,8 @@ def test_mapcoder_keeps_the_last_program_when_every_plan_fails(tiny, monkeypatch
     model, tok = tiny
     log = scripted(monkeypatch)
     monkeypatch.setitem(SCRIPT_PLANS, "alpha", (SCRIPT_PLANS["alpha"][0], "return 0  # alpha"))
-    out = agents.run_method("mapcoder", model, tok, [add_problem()], n=1, temperature=0.0, pool=object(),
-                            mapcoder_k=3, mapcoder_t=1)
+    out = agents.run_method(agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=1), "mapcoder",
+                            [add_problem()], n=1, temperature=0.0)
     # 3 plans x (code + 1 debugging round) after retrieval and planning.
     assert [role for role, _ in log["calls"]] == ["retriever", "planner"] + ["coder", "debugger"] * 3
     (a,) = out[0]
@@ -270,8 +266,8 @@ def test_mapcoder_keeps_the_last_program_when_every_plan_fails(tiny, monkeypatch
 def test_mapcoder_batches_runs_and_drops_finished_ones(tiny, monkeypatch):
     model, tok = tiny
     log = scripted(monkeypatch)
-    out = agents.run_method("mapcoder", model, tok, [add_problem(0), add_problem(1)], n=1, temperature=1.0,
-                            pool=object(), mapcoder_k=3, mapcoder_t=1)
+    out = agents.run_method(agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=1), "mapcoder",
+                            [add_problem(0), add_problem(1)], n=1, temperature=1.0)
     calls = [(role, len(prompts)) for role, prompts in log["calls"]]
     # One call per stage: retrieval for both problems, 3 + 1 plans, then coding for both; problem 1 is done,
     # only problem 0 goes on.
@@ -291,16 +287,13 @@ def test_mapcoder_tiny_model_end_to_end_never_leaks_hidden_tests(tiny, monkeypat
 
     monkeypatch.setattr(agents, "sample", spy)
     roles_seen = []
-
-    @contextlib.contextmanager
-    def agent(role):
-        roles_seen.append(role)
-        yield model
+    real_acting = agents.acting
+    monkeypatch.setattr(agents, "acting", lambda team, role: roles_seen.append(role) or real_acting(team, role))
 
     problems = [add_problem(0), add_problem(1)]
     with sandbox.SandboxPool(1) as pool:
-        out = agents.run_method("mapcoder", model, tok, problems, n=2, temperature=1.0, agent=agent, pool=pool,
-                                max_new_tokens=8, plan_max_new_tokens=8, mapcoder_k=2, mapcoder_t=1)
+        out = agents.run_method(agents.Team(model, tok, pool=pool, max_new_tokens=8, plan_max_new_tokens=8,
+                                             mapcoder_k=2, mapcoder_t=1), "mapcoder", problems, n=2, temperature=1.0)
     assert len(out) == 2 and all(len(a) == 2 for a in out)
     assert all(isinstance(a.program, str) and isinstance(a.plan, str) for atts in out for a in atts)
     assert roles_seen[:3] == ["retriever", "planner", "coder"] and set(roles_seen) <= set(agents.ROLES)
@@ -311,8 +304,9 @@ def test_mapcoder_tiny_model_end_to_end_never_leaks_hidden_tests(tiny, monkeypat
 def test_mapcoder_greedy_gives_n_identical_attempts(tiny):
     model, tok = tiny
     with sandbox.SandboxPool(1) as pool:
-        out = agents.run_method("mapcoder", model, tok, [add_problem()], n=3, temperature=0.0, pool=pool,
-                                max_new_tokens=6, plan_max_new_tokens=6, mapcoder_k=1, mapcoder_t=1)
+        out = agents.run_method(agents.Team(model, tok, pool=pool, max_new_tokens=6, plan_max_new_tokens=6,
+                                             mapcoder_k=1, mapcoder_t=1), "mapcoder", [add_problem()], n=3,
+                                temperature=0.0)
     assert len(out[0]) == 3 and len({(a.program, a.raw, a.plan) for a in out[0]}) == 1
 
 
@@ -390,7 +384,7 @@ def sentinel_mbpp(path):
 def test_debugger_sees_public_feedback_never_hidden_tests(tiny_model_dir, tmp_path, monkeypatch):
     data = sentinel_mbpp(tmp_path / "mbpp.jsonl")
     # The frozen Coder writes a real, wrong program, so the public test runs in the sandbox and fails.
-    monkeypatch.setitem(agents.ROLES, "coder", dict(agents.ROLES["coder"], parse=lambda text, p: {
+    monkeypatch.setitem(agents.ROLES, "coder", dict(agents.ROLES["coder"], parse=lambda text, p, ctx=None: {
         "program": "def add_nums(a, b):\n    return 0"}))
     prompts = []
     real = agents.sample
@@ -447,7 +441,7 @@ def test_evaluate_mapcoder_reports_cg_against_direct(tiny_model_dir, mbpp_path, 
     assert evaluate.main(argv + ["--method", "mapcoder"]) == 0
     assert evaluate.main(argv + ["--method", "direct"]) == 0
     summary = json.load(open(tmp_path / "summary.json"))
-    assert set(summary) == {"mapcoder", "direct"} and summary["mapcoder"]["cg_vs"] == "direct"
+    assert set(summary) == {"mapcoder", "direct", "sandbox"} and summary["mapcoder"]["cg_vs"] == "direct"
     settings = json.load(open(tmp_path / "settings.json"))
     assert settings["mapcoder_k"] == 2 and settings["retriever_adapter"].endswith("retriever")
 
@@ -482,8 +476,8 @@ def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_pat
         grpo.add_lora(model, role, r=2)
         grpo.save_adapter(model, role, str(tmp_path / role))
     used = []
-    real = evaluate.make_agent
-    monkeypatch.setattr(evaluate, "make_agent", lambda m, roles, pm: used.append(set(roles)) or real(m, roles, pm))
+    real = evaluate.evaluate_row
+    monkeypatch.setattr(evaluate, "evaluate_row", lambda team, *a: used.append(set(team.adapters)) or real(team, *a))
     argv = FAST + ["--method", "planner-coder", "--ablate", "--model", tiny_model_dir, "--data", mbpp_path,
                    "--adapter", f"planner={tmp_path / 'planner'}", "--adapter", f"coder={tmp_path / 'coder'}",
                    "--out", str(tmp_path / "out")]
@@ -491,7 +485,7 @@ def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_pat
     assert used == [{"planner", "coder"}, {"planner"}, {"coder"}, set()]
     summary = json.load(open(tmp_path / "out" / "summary.json"))
     names = ["planner-coder[planner+coder]", "planner-coder[planner]", "planner-coder[coder]", "planner-coder[base]"]
-    assert list(summary) == names and all(summary[n]["problems"] == 2 for n in names)
+    assert list(summary) == names + ["sandbox"] and all(summary[n]["problems"] == 2 for n in names)
     for n in names:
         assert os.path.exists(tmp_path / "out" / f"{n}.jsonl")
 

@@ -34,4 +34,4 @@ def test_the_quick_start_runs_as_written_on_the_tiny_model(tiny_model_dir, mbpp_
         assert r.returncode == 0, r.stderr[-2000:]
         assert os.path.exists(out / ("summary.json" if argv[0] == "evaluate.py" else "metrics.jsonl"))
         if argv[0] == "train.py":
-            assert r.stdout.count("step ") >= 3 and "estimate:" in r.stdout
+            assert r.stdout.count("step ") >= 3 and "sandbox:" in r.stdout

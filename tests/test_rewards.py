@@ -360,10 +360,22 @@ def test_apr_averages_per_problem_not_over_flattened_samples():
     assert rewards.apr([[1, 1, 1], [0]]) == 0.5
 
 
-def test_efficiency_only_groups_are_counted():
-    import train
+def test_rank_changed_counts_groups_whose_order_a_term_changed():
+    # group 1: the term breaks a tie (changed); group 2: it adds a constant (unchanged); group 3: nothing passes.
+    full = [1.05, 1.0, 1.1, 0.1, 0.0, 0.0]
+    without = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert rewards.rank_changed(full, without, 2) == pytest.approx(1 / 3)
 
-    # group 1: same pass keys, rewards differ (efficiency alone); group 2: pass rates differ; group 3: all tied.
-    r = [1.05, 1.02, 1.0, 0.0, 0.5, 0.5]
-    keys = [(1.0,), (1.0,), (1.0,), (0.0,), (0.5,), (0.5,)]
-    assert train.efficiency_only_frac(r, keys, 2) == pytest.approx(1 / 3)
+
+def test_the_time_term_changes_the_ranking_only_where_times_differ_beyond_the_noise_floor():
+    # Two all-passing plans, 1 ms vs 20 ms: the time term reorders; 1.0 vs 1.1 ms (within the floor): it does not.
+    apart = rewards.planner_rewards([[1.0], [1.0]], [[0.001], [0.020]])
+    close = rewards.planner_rewards([[1.0], [1.0]], [[0.0010], [0.0011]])
+    bare = rewards.planner_rewards([[1.0], [1.0]], [[0.001], [0.020]], w_time=0.0)
+    assert rewards.rank_changed(apart, bare, 2) == 1.0 and rewards.rank_changed(close, bare, 2) == 0.0
+
+
+def test_the_memory_term_is_a_constant_under_the_noise_floor():
+    # MBPP-sized peaks (0.2 vs 0.3 MB) tie under the 1 MiB floor: +0.1 each, the order unchanged.
+    full = rewards.coder_rewards([1.0, 1.0], [200_000, 300_000])
+    assert full == [1.1, 1.1] and rewards.rank_changed(full, rewards.coder_rewards([1.0, 1.0], [0, 0], w_mem=0), 2) == 0

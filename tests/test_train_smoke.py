@@ -104,23 +104,19 @@ def test_resume_with_a_setting_that_changes_results_is_refused(tiny_model_dir, m
     with pytest.raises(SystemExit) as e:
         train.main(small(tiny_model_dir, planner_run, "planner", mbpp_path, steps=3, extra=("--lr", "3e-4", "--resume")))
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and "--lr" in err[0] and "0.0003" in err[0]
+    assert e.value.code == 2 and len(err) == 1 and "lr:" in err[0] and "0.0003" in err[0]
     assert read_metrics(planner_run) == before  # nothing touched
 
 
-def test_training_on_a_held_out_split_is_refused(tiny_model_dir, mbpp_path, tmp_path, capsys):
-    for split in ("test", "validation"):
-        with pytest.raises(SystemExit) as e:
-            train.main(small(tiny_model_dir, tmp_path / split, "planner", mbpp_path, extra=("--split", split)))
-        err = capsys.readouterr().err.strip().splitlines()
-        assert e.value.code == 2 and len(err) == 1 and "--allow-held-out-split" in err[0]
-        assert not os.path.exists(tmp_path / split)
-
-
-def test_top_p_below_1_is_refused_in_training(tiny_model_dir, mbpp_path, tmp_path, capsys):
+@pytest.mark.parametrize("held_out", [["--split", "test"], ["--split", "validation"], ["--split", "all"],
+                                      ["--eval-split", "test"], ["--split", "validation", "--eval-split", "validation"]])
+def test_training_on_or_choosing_checkpoints_on_a_held_out_split_is_refused(tiny_model_dir, mbpp_path, tmp_path,
+                                                                           capsys, held_out):
     with pytest.raises(SystemExit) as e:
-        train.main(small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path, extra=("--top-p", "0.9")))
-    assert e.value.code == 2 and "--top-p" in capsys.readouterr().err
+        train.main(small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path, extra=held_out))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--allow-held-out-split" in err[0]
+    assert not os.path.exists(tmp_path / "r")
 
 
 def test_existing_run_without_resume_is_refused(tiny_model_dir, mbpp_path, planner_run, capsys):
@@ -140,7 +136,7 @@ def test_stage_coder_without_planner_adapter_is_a_clear_error(tiny_model_dir, mb
 
 
 @pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"],
-                                 ["--bench-option", "time_facter=2"], ["--blind-weight", "-1"]])
+                                 ["--bench-option", "time_facter=2"], ["--group-size", "1"], ["--lr", "-1"]])
 def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
     argv = small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path) + bad
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], capture_output=True, text=True,
@@ -229,54 +225,17 @@ def test_planner_eval_rows_direct_once_and_paired_test(planner_run):
     # the paired comparison with step 0.
     start = [json.loads(line) for line in open(planner_run / "eval" / "step_000000.jsonl")]
     end = [json.loads(line) for line in open(planner_run / "eval" / "step_000002.jsonl")]
-    assert {r["method"] for r in start} == {"planner-coder", "content-free-plan", "direct"}
-    # The Coder-only rows (direct, the content-free plan) are run once: the Coder is frozen in this stage.
+    assert {r["method"] for r in start} == {"planner-coder", "direct", *agents.PLAN_CONTROLS}
+    # The Coder-only rows (direct, the plan controls) are run once: the Coder is frozen in this stage.
     assert all(r.get("cached_from_step") == 0 for r in end if r["method"] != "planner-coder")
     last = read_metrics(planner_run)[-1]
     for key in ("eval_gained", "eval_lost", "eval_mcnemar_p", "eval_plan_parts_frac", "eval_plan_placeholder_frac",
-                "eval_plan_chars", "eval_plan_cut_frac", "eval_plan_info", "eval_info_gained", "eval_info_lost",
+                "eval_plan_chars", "eval_plan_cut_frac", "eval_plan_info", "eval_info_vs", "eval_info_gained", "eval_info_lost",
                 "eval_info_p", "t_eval"):
         assert key in last, key
     for key in ("plan_parts_frac", "plan_placeholder_frac", "plan_chars", "plan_cut_frac", "plan_content_free_frac",
-                "eff_only_frac"):
+                "time_rank_frac"):
         assert key in read_metrics(planner_run)[0], key
-
-
-def test_plot_redraws_curves_from_metrics(tmp_path):
-    pytest.importorskip("matplotlib")
-    rows = [{"step": 1, "reward_mean": 0.1, "pass_rate": 0.2, "zero_var_frac": 0.5, "kl": 0.0, "completion_len": 90,
-             "eval_pass1_planner_coder_start": 0.2, "eval_pass1_direct_start": 0.3, "eval_cg_start": -0.1},
-            {"step": 2, "reward_mean": 0.3, "pass_rate": 0.4, "zero_var_frac": 0.5, "kl": 0.01, "completion_len": 80,
-             "plan_parts_frac": 0.9, "eval_pass1_planner_coder": 0.3, "eval_pass1_direct": 0.3, "eval_cg": 0.0}]
-    with open(tmp_path / "metrics.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    train.main(["--plot", str(tmp_path)])
-    with open(tmp_path / "curves.png", "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-def test_curve_series_leave_held_out_panel_empty_without_evals():
-    rows = [{"step": 1, "pass_rate": 0.2}, {"step": 2, "pass_rate": 0.4}]
-    panels = dict(train.curve_series(rows))
-    assert panels["held-out pass@1 and CG"] == {} and panels["pass rate of the programs"] == {
-        "pass_rate": [(1, 0.2), (2, 0.4)]}
-
-
-def test_curve_series_put_start_evals_at_step_zero():
-    rows = [{"step": 1, "eval_pass1_direct_start": 0.3, "eval_pass1_direct": 0.5}]
-    assert dict(train.curve_series(rows))["held-out pass@1 and CG"] == {"pass@1 direct": [(0, 0.3), (1, 0.5)]}
-
-
-def test_plot_without_metrics_is_one_error_line(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        train.main(["--plot", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and "metrics.jsonl" in err and len(err.strip().splitlines()) == 1
-
-
-def test_training_writes_curves_when_matplotlib_is_there(planner_run):
-    pytest.importorskip("matplotlib")
-    assert os.path.getsize(planner_run / "curves.png") > 0
 
 
 def test_unwritable_out_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path):
@@ -310,35 +269,6 @@ def test_a_model_that_cannot_load_fails_in_seconds_before_anything_is_printed_or
     assert r.returncode == 2 and time.time() - t0 < 30
     assert r.stderr.startswith("error: --model") and "--model DIR or CORECODE_MODEL=DIR" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == "" and not os.path.exists(tmp_path / "o")
-
-
-def estimated_seconds(line):
-    value, unit = line.split("~")[1].split()[:2]
-    return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
-
-
-def test_the_estimate_is_printed_before_the_run_and_scales_with_the_work():
-    recipe = train.get_args(["--stage", "planner"])
-    line = train.time_estimate(recipe, n_eval=20, on_cpu=True, fp32=False)
-    assert line.startswith("estimate:") and estimated_seconds(line) > 2 * 3600  # 200 steps of 4 x 8, 256 + 512 tokens
-    half = train.get_args(["--stage", "planner", "--num-steps", "100", "--eval-every", "0"])
-    assert estimated_seconds(train.time_estimate(half, 0, True, False)) < estimated_seconds(line) / 2
-    assert estimated_seconds(train.time_estimate(recipe, 20, True, True)) > 2 * estimated_seconds(line)  # fp32
-    blind = train.get_args(["--stage", "planner", "--blind-weight", "1"])  # one more program a row
-    assert estimated_seconds(train.time_estimate(blind, 20, True, False)) > 1.2 * estimated_seconds(line)
-    tiny = train.get_args(["--stage", "toy", "--num-steps", "1", "--problems-per-step", "1", "--group-size", "2",
-                           "--max-new-tokens", "8", "--eval-every", "0"])
-    small_run = train.time_estimate(tiny, 0, True, False)
-    assert estimated_seconds(small_run) < 120 and " s (" in small_run  # said in seconds, not "~0 min"
-
-
-def test_a_plan_budget_that_cannot_reach_the_steps_is_said_at_once_and_so_is_a_step_without_signal(
-        tiny_model_dir, mbpp_path, tmp_path, capsys):
-    train.main(small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path, steps=1,
-                     extra=("--plan-max-new-tokens", "4", "--eval-every", "0")))
-    out = capsys.readouterr()
-    assert "warning: --plan-max-new-tokens 4" in out.err and f">= {train.MIN_PLAN_TOKENS}" in out.err
-    assert "no reward variance in any group, so no gradient: every thought failed the format gate" in out.out
 
 
 def test_the_coder_stage_says_which_planner_adapter_it_loaded(tiny_model_dir, mbpp_path, planner_run, tmp_path,
@@ -390,55 +320,6 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tiny_model_dir, 
     assert [json.loads(x)["step"] for x in open(out / "metrics.jsonl")] == [1]
 
 
-def test_the_blind_coder_is_scored_by_execution_from_the_plan_without_the_statement(tiny_model_dir, monkeypatch):
-    import contextlib
-    from types import SimpleNamespace
-
-    import sandbox
-    from data import Problem
-
-    seen = []
-
-    def coder(model, tok, prompts, **kw):  # codes a + b only when the plan says so
-        seen.extend(prompts)
-        body = ["a + b" if "Return a + b" in p else "0" for p in prompts]
-        return SimpleNamespace(texts=[f"```python\ndef add(a, b):\n    return {b}\n```" for b in body])
-
-    monkeypatch.setattr(agents, "sample", coder)
-    _, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
-    p = Problem(id="mbpp/1", bench="mbpp", statement="Add two numbers.", kind="assert",
-                public_tests=["assert add(1, 2) == 3"], hidden_tests=["assert add(1, 2) == 3", "assert add(0, 5) == 5"],
-                entry_point="add")
-    with sandbox.SandboxPool(1) as pool:
-        run = SimpleNamespace(args=SimpleNamespace(max_new_tokens=16, stop_on_failure=False), tokenizer=tok,
-                              model=None, pool=pool, agent=lambda role: contextlib.nullcontext())
-        rates = train.blind_pass_rates(run, [p, p], ["Steps: 1. Return a + b.", agents.CONTENT_FREE_PLAN])
-    assert rates == [1.0, 0.0]
-    assert all("Add two numbers" not in s and "assert add(1, 2) == 3" in s for s in seen)
-
-
-def test_the_blind_weight_adds_the_blind_pass_rate_before_the_gate():
-    from types import SimpleNamespace
-
-    args = train.get_args(["--stage", "planner"])
-    plan = "Input/Output: two ints; their sum.\nSteps: 1. Return a + b.\nConditions: none.\nLoops: none."
-    outputs = [dict(plan=plan, verdict="ok", blind=1.0), dict(plan=plan, verdict="ok", blind=0.0),
-               dict(plan="x", verdict="missing parts", blind=1.0)]
-    results = [SimpleNamespace(pass_rate=0.5, cpu_s=0.001)] * 3
-    off = train.reward_planner(results, outputs, 3, 1, args)
-    args.blind_weight = 0.5
-    on = train.reward_planner(results, outputs, 3, 1, args)
-    assert on[0] == pytest.approx(off[0] + 0.5) and on[1] == pytest.approx(off[1])
-    assert on[2] == off[2] == -args.format_penalty  # a gated plan scores -penalty whatever the blind Coder did
-
-
-def test_a_planner_run_with_the_blind_weight_logs_the_blind_pass_rate(tiny_model_dir, mbpp_path, tmp_path):
-    train.main(small(tiny_model_dir, tmp_path, "planner", mbpp_path, steps=1,
-                     extra=("--blind-weight", "1", "--eval-every", "0")))
-    m = read_metrics(tmp_path)[-1]
-    assert 0.0 <= m["blind_pass_rate"] <= 1.0 and m["t_blind"] > 0
-
-
 def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
     with pytest.raises(SystemExit) as e:
         train.get_args(["--stage", "nope"])
@@ -448,9 +329,9 @@ def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
 
 def test_the_eval_line_is_labelled_the_same_at_step_0_and_later():
     m = {"eval_pass1_planner_coder": 0.3, "eval_pass1_direct": 0.4, "eval_cg": -0.1, "eval_plan_info": 0.05,
-         "eval_info_gained": 3, "eval_info_lost": 1, "eval_info_p": 0.625}
+         "eval_info_vs": "restatement", "eval_info_gained": 3, "eval_info_lost": 1, "eval_info_p": 0.625}
     line = train.eval_line(m, "planner-coder")
-    assert line == " eval planner-coder 0.300 direct 0.400 CG -0.100 plan info +0.050 (+3 -1 p=0.625)"
+    assert line == " eval planner-coder 0.300 direct 0.400 CG -0.100 plan info +0.050 vs restatement (+3 -1 p=0.625)"
     later = train.eval_line(dict(m, eval_gained=2, eval_lost=0, eval_mcnemar_p=0.5), "planner-coder")
     assert later.startswith(line) and later.endswith("vs step 0: +2 -0 p=0.5") and "eval_" not in later
 
@@ -516,3 +397,67 @@ def test_a_planner_model_that_cannot_serve_is_one_error_line(tiny_model_dir, tin
         train.main(["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path / "o"), *extra])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and says in err and not (tmp_path / "o").exists()
+
+
+def test_a_log_file_gets_each_line_as_it_is_printed(tiny_model_dir, toy_mbpp, tmp_path):
+    # stdout redirected to a file is block-buffered unless the script says otherwise: the run's header must reach the
+    # log while the run still goes on, not at exit.
+    log = open(tmp_path / "log", "w")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"),
+                          *toy_argv(tiny_model_dir, tmp_path / "r", 200, toy_mbpp)], stdout=log, cwd=ROOT)
+    try:
+        deadline = time.time() + 120
+        while "step 1:" not in (tmp_path / "log").read_text() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.5)
+        assert p.poll() is None and "step 1:" in (tmp_path / "log").read_text()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_the_blind_coder_is_scored_by_execution_from_the_plan_without_the_statement(tiny_model_dir, monkeypatch):
+    from types import SimpleNamespace
+
+    import sandbox
+    from data import Problem
+
+    seen = []
+
+    def coder(model, tok, prompts, **kw):  # codes a + b only when the plan says so
+        seen.extend(prompts)
+        body = ["a + b" if "Return a + b" in p else "0" for p in prompts]
+        return agents.Samples(None, None, None, None, texts=[f"```python\ndef add(a, b):\n    return {b}\n```" for b in body])
+
+    monkeypatch.setattr(agents, "sample", coder)
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    p = Problem(id="mbpp/1", bench="mbpp", statement="Add two numbers.", kind="assert",
+                public_tests=["assert add(1, 2) == 3"], hidden_tests=["assert add(1, 2) == 3", "assert add(0, 5) == 5"],
+                entry_point="add")
+    with sandbox.SandboxPool(1) as pool:
+        run = SimpleNamespace(args=SimpleNamespace(stop_on_failure=False), pool=pool,
+                              team=agents.Team(model, tok, max_new_tokens=16))
+        rates = train.blind_pass_rates(run, [p, p], ["Steps: 1. Return a + b.", agents.CONTENT_FREE_PLAN])
+    assert rates == [1.0, 0.0]
+    assert all("Add two numbers" not in s and "assert add(1, 2) == 3" in s for s in seen)
+
+
+def test_the_blind_weight_adds_the_blind_pass_rate_before_the_gate():
+    from types import SimpleNamespace
+
+    args = train.get_args(["--stage", "planner"])
+    plan = "Input/Output: two ints; their sum.\nSteps: 1. Return a + b.\nConditions: none.\nLoops: none."
+    outputs = [dict(plan=plan, verdict="ok", blind=1.0), dict(plan=plan, verdict="ok", blind=0.0),
+               dict(plan="x", verdict="missing parts", blind=1.0)]
+    results = [SimpleNamespace(pass_rate=0.5, cpu_s=0.001)] * 3
+    off = train.reward_planner(results, outputs, 3, 1, args)[0]
+    args.blind_weight = 0.5
+    on = train.reward_planner(results, outputs, 3, 1, args)[0]
+    assert on[0] == pytest.approx(off[0] + 0.5) and on[1] == pytest.approx(off[1])
+    assert on[2] == off[2] == -args.format_penalty  # a gated plan scores -penalty whatever the blind Coder did
+
+
+def test_a_planner_run_with_the_blind_weight_logs_the_blind_pass_rate(tiny_model_dir, mbpp_path, tmp_path):
+    train.main(small(tiny_model_dir, tmp_path, "planner", mbpp_path, steps=1,
+                     extra=("--blind-weight", "1", "--eval-every", "0")))
+    m = read_metrics(tmp_path)[-1]
+    assert 0.0 <= m["blind_pass_rate"] <= 1.0 and m["t_blind"] > 0
