@@ -46,6 +46,8 @@ def main(runs):
     procs, limit, max_usage, usage = (os.open(f"{cg}/{n}", m) for n, m in (
         ("cgroup.procs", os.O_WRONLY), ("memory.limit_in_bytes", os.O_WRONLY),
         ("memory.max_usage_in_bytes", os.O_RDWR), ("memory.usage_in_bytes", os.O_RDONLY)))
+    v1 = {c: f"/sys/fs/cgroup/{c}" + next(ln.split(":", 2)[2].strip() for ln in open("/proc/self/cgroup")
+                                          if c in ln.split(":")[1].split(",")) for c in ("memory", "cpuacct", "pids")}
     scratch = "/tmp/corecode-isolation-cost"
     os.makedirs(scratch, exist_ok=True)
 
@@ -59,10 +61,28 @@ def main(runs):
         if step in ("tmpfs", "all"):
             check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", ctypes.c_ulong(6), b"size=256m,nr_inodes=8192"),
                   "mount tmpfs")
+        if step in ("runcg", "all"):
+            run_cg = []
+            for c, base in v1.items():
+                d = f"{base}/corecode-isolation-cost-run-{os.getpid()}"
+                os.mkdir(d)
+                run_cg.append((d, os.open(f"{d}/cgroup.procs", os.O_WRONLY)))
+            os.write(os.open(f"{v1['memory']}/corecode-isolation-cost-run-{os.getpid()}/memory.limit_in_bytes",
+                             os.O_WRONLY), b"%d" % (256 << 20))
         p = os.fork()
         if p == 0:
             if step in ("cgroup", "all"):
                 os.write(procs, b"0")
+            if step in ("runcg", "all"):
+                for _, fd in run_cg:
+                    os.write(fd, b"0")
+            if step == "netns":
+                check(libc.unshare(NEWUSER | NEWIPC | NEWNET), "unshare user + IPC + net")
+            if step == "pidns":
+                check(libc.unshare(NEWUSER | NEWIPC | NEWNET | NEWPID | NEWNS), "unshare all")
+                if os.fork() == 0:
+                    os._exit(0)
+                os.wait()
             if step in ("ns", "all"):
                 os.setresgid(65534, 65534, 65534)
                 os.setresuid(65534, 65534, 65534)
@@ -74,6 +94,10 @@ def main(runs):
         assert status == 0, (step, status)
         if step in ("cgroup", "all"):
             int(os.pread(max_usage, 64, 0))
+        if step in ("runcg", "all"):
+            for d, fd in run_cg:
+                os.close(fd)
+                os.rmdir(d)
         if step in ("tmpfs", "all"):
             check(libc.umount2(scratch.encode(), 2), "umount tmpfs")
 
@@ -81,7 +105,7 @@ def main(runs):
         return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
                                                                              resource.RUSAGE_CHILDREN)))
 
-    steps = ["base", "pid", "ns", "cgroup", "tmpfs", "all"]
+    steps = ["base", "pid", "ns", "netns", "pidns", "cgroup", "runcg", "tmpfs", "all"]
     wall, used = {s: [] for s in steps}, {s: [] for s in steps}
     for _ in range(7):
         for step in steps:
