@@ -93,7 +93,6 @@ SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
 RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
-BASELINE_DRIFT_KB = 64          # re-measure the no-op child's max RSS when the server's resident size moved this much
 CHECKER_TIME_LIMIT_S = 10.0     # a checker's own CPU limit per test (open-r1's Codeforces harness gives it 10 s)
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
@@ -1218,32 +1217,21 @@ def _cg_retry_stale(cg):
 def _probe_run_namespaces(st):
     """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
     throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
-    if _SYS_KEYCTL is None:
-        st.features["notes"].append(f"no keyctl syscall number for {os.uname().machine}: runs share IPC and keys")
-        return
-    r, w = os.pipe()
-    pid = os.fork()
+    pid = os.fork() if _SYS_KEYCTL is not None else -1
     if pid == 0:
-        message = b""
         try:
             if st.is_root:
                 os.setgroups([])
                 os.setresgid(RUN_UID, RUN_UID, RUN_UID)
                 os.setresuid(RUN_UID, RUN_UID, RUN_UID)
             _enter_run_namespaces()
-        except OSError as e:
-            message = str(e).encode()
-        finally:
-            os.write(w, message or b"ok")
             os._exit(0)
-    os.close(w)
-    said = os.read(r, 1000).decode(errors="replace")
-    os.close(r)
-    os.waitpid(pid, 0)
-    st.features["run_namespaces"] = said == "ok"
-    if said != "ok":
-        st.features["notes"].append(f"no user + IPC namespace per run ({said}): runs share SysV IPC, keys and "
-                                    "the process count of their uid")
+        except BaseException:
+            os._exit(1)
+    st.features["run_namespaces"] = pid > 0 and os.waitpid(pid, 0)[1] == 0
+    if not st.features["run_namespaces"]:
+        st.features["notes"].append("no user + IPC + network namespace per run (the kernel refused, or no keyctl "
+                                    f"number for {os.uname().machine}): runs share IPC, keys and sockets")
 
 
 def _bind_read_only(src, dst, device=False):
@@ -1468,72 +1456,20 @@ def _drop_run_dir(run_dir):
         os.rmdir(run_dir)          # the common case: the program wrote nothing
     except OSError:
         _remove_tree(run_dir)
-    if not st.is_root:
-        _clear_runs_dir()
+    if not st.is_root:             # a non-root program owns the runs directory and may write into it
+        for name in os.listdir(st.runs_dir):
+            _remove_tree(os.path.join(st.runs_dir, name))
 
 
 def _remove_tree(path):
-    """Remove a run directory whatever the program did to it (permissions taken away, a depth that makes
-    shutil.rmtree hit RecursionError and absolute paths hit PATH_MAX): iterative, relative to one open
-    directory at a time, down into the first subdirectory and back up with "..". The program is dead, so
-    nothing moves meanwhile. False when something could not be removed (never reused then)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):    # a link or a file in its place
-            os.unlink(path)
-            return True
-        os.chmod(path, 0o700)            # a real directory (lstat said so), not a link's target
-        fd = os.open(path, flags)
-    except OSError:
-        return False
-    names = []                           # the path from `path` to fd, one component each
-    try:
-        while True:
-            try:
-                os.fchmod(fd, 0o700)     # a directory the program made unreadable or unwritable
-            except OSError:
-                pass
-            sub = None
-            with os.scandir(fd) as entries:
-                for e in entries:
-                    if e.is_dir(follow_symlinks=False):
-                        sub = sub or e.name
-                        continue
-                    try:
-                        os.unlink(e.name, dir_fd=fd)
-                    except OSError:
-                        pass
-            if sub is None and not names:
-                break
-            step = os.open(sub if sub is not None else "..", flags, dir_fd=fd)
-            os.close(fd)
-            fd = step
-            if sub is not None:
-                names.append(sub)
-            else:
-                os.rmdir(names.pop(), dir_fd=fd)     # fails only on what we cannot remove: give up
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(path)
-    except OSError:
-        return False
-    return True
-
-
-def _clear_runs_dir():
-    # A non-root program owns the runs directory and may write into it: clear everything.
-    for name in os.listdir(_STATE.runs_dir):
-        p = os.path.join(_STATE.runs_dir, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            _remove_tree(p)
-        else:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+    """Remove a run directory (no minimal root) whatever the program did to it: permissions taken away, a depth that
+    makes recursive Python code hit RecursionError and absolute paths PATH_MAX. chmod -R and rm -rf walk it
+    iteratively (fts) and relative to each directory; the program is dead, so nothing moves meanwhile. False when
+    something is left (never reused then)."""
+    import subprocess      # only here, so the image every run forks from stays small (see "Records")
+    for cmd in (["chmod", "-R", "u+rwx", "--", path], ["rm", "-rf", "--one-file-system", "--", path]):
+        subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return not os.path.lexists(path)
 
 
 def _kill_run(pid):
@@ -1681,14 +1617,13 @@ def _memfd_with(data: bytes):
 
 
 def _measure_baseline():
-    """Max RSS of a child that runs an empty program through exactly the same path, and the server's
-    resident size then: when the server grew or shrank by BASELINE_DRIFT_KB since (a large job passed
-    through it), every peak would carry the difference (measured: 5.6 MB on every run), so re-measure."""
+    """The peak of a run of the empty program through exactly the same path (its cgroup's pages: the fork's own
+    copy-on-write faults, page tables; or its max RSS), subtracted from every peak. Measured once: a run's cgroup
+    is new, so nothing the server did since moves it (without a cgroup the RSS figure can drift by a few MB)."""
     job_fd = _memfd_with(_job_bytes({"kind": "assert", "program": "", "snippets": [], "args": []}))
     obs = _spawn_and_wait(job_fd, 0, {"time_limit_s": 5.0, "memory_limit_mb": 256})
     _close_all([job_fd, *obs["files"].values()])
     _STATE.baseline_kb = obs["peak_kb"]
-    _STATE.baseline_rss_kb = _statm(1) // 1024
 
 
 def _preload():
@@ -1740,8 +1675,6 @@ def _serve(mode, hidden="[]"):
             break
         header, job_fd = request
         try:
-            if abs(_statm(1) // 1024 - st.baseline_rss_kb) > BASELINE_DRIFT_KB:
-                _measure_baseline()      # before the run, from the state the run forks from
             for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
                 if st.client_gone:
                     break
