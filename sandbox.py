@@ -867,9 +867,10 @@ class _ServerState:
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
                          "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
                          "run_as": os.geteuid(), "cgroup": None, "cpu": "wait4", "memory": "max_rss",
-                         "cpu_cap": False, "drops_to_nobody": False,
+                         "cpu_cap": False, "drops_to_nobody": False, "net": "per run",
                          "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
+        self.net_renewals = 0     # network namespaces this server replaced because a run left a socket in one
         self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
         self.cgroup = None        # _Cgroup, or None: CPU from wait4, peaks max RSS
         self.pid_max = 32768
@@ -953,6 +954,11 @@ def _enter_isolation(mode, hidden):
     st.run_dir = st.run_dir or os.path.join(st.runs_dir, "run")
     if st.features["pid_ns"]:
         _probe_run_namespaces(st)
+        try:
+            if st.features["net_ns"] and _sockets_left() is False:
+                st.features["net"] = "renewed"
+        except OSError as e:
+            st.features["notes"].append(f"no sock_diag ({e}): a new network namespace for every run")
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
                        "LANG": "C.UTF-8"})
@@ -1145,9 +1151,13 @@ def _cg_run_start(cg, memory_bytes):
     _cg_retry_stale(cg)
     cg.seq += 1
     name = f"run{cg.seq}"
-    for d in {cg.where[c] for c in ("memory", "pids", "cpuacct")}:     # v1: the server's cpu cgroup holds the cap
+    # v1: the server's cpu cgroup holds the cap. A memory cgroup is new for each run (pages charged to the last one
+    # stay there); a v1 pids or cpuacct one holds no state once empty, so it is kept and its CPU count reset.
+    for d in {cg.where[c] for c in ("memory", "pids", "cpuacct")} - set(cg.run):
         os.mkdir(name, 0o755, dir_fd=cg.workers[d])
         cg.run[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cg.workers[d])
+    if cg.version == "v1" and cg.where["cpuacct"] != cg.where["memory"]:
+        _cg_write(cg.run[cg.where["cpuacct"]], "cpuacct.usage", "0")
     _cg_write(cg.run[cg.where["memory"]], cg.files["memory.max"], str(memory_bytes))
     _cg_write(cg.run[cg.where["pids"]], cg.files["pids.max"], str(MAX_PROCESSES))
     if cg.version == "v2":
@@ -1194,11 +1204,9 @@ def _cg_kill(cg):
 
 
 def _cg_run_end(cg):
-    """The run's directories, once its processes are gone (else retried before the next run)."""
-    for d, fd in cg.run.items():
-        os.close(fd)
-        cg.stale.append((cg.workers[d], f"run{cg.seq}"))
-    cg.run = {}
+    """The run's memory cgroup (v2: its cgroup), once its processes are gone (else retried before the next run)."""
+    os.close(cg.run.pop(cg.where["memory"]))
+    cg.stale.append((cg.workers[cg.where["memory"]], f"run{cg.seq}"))
     _cg_retry_stale(cg)
 
 
@@ -1214,6 +1222,42 @@ def _cg_retry_stale(cg):
     cg.stale = left
 
 
+def _sockets_left():
+    """Whether a socket outlived the last run in this worker's network namespace: a unix or netlink socket (the
+    only kinds that reach anything here: no interface is up) parked in a descriptor loop no process holds, that a
+    later run could reach by name or port id. The kernel's sock_diag lists every socket of the namespace, held or
+    not; raises OSError where it is missing."""
+    import _socket          # the C module: `socket` would grow the image every run forks from
+    s = _socket.socket(16, 2, 4)            # AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG
+    try:
+        own = os.fstat(s.fileno()).st_ino
+        # unix_diag_req for AF_UNIX (all states), netlink_diag_req for AF_NETLINK (all protocols): dump requests.
+        for family, req in ((1, b"%c\0\0\0\xff\xff\xff\xff" % 1 + b"\0" * 8 + b"\xff" * 8),
+                            (16, b"%c\xff\0\0" % 16 + b"\0" * 8 + b"\xff" * 8)):
+            s.sendto((16 + len(req)).to_bytes(4, sys.byteorder) + (20).to_bytes(2, sys.byteorder)
+                     + (0x301).to_bytes(2, sys.byteorder) + b"\0" * 8 + req, (0, 0))
+            while True:
+                data, off = s.recv(1 << 16), 0
+                while off < len(data):
+                    length, kind = (int.from_bytes(data[off + i:off + j], sys.byteorder) for i, j in ((0, 4), (4, 6)))
+                    if kind == 2:                         # NLMSG_ERROR: this family's diag is not in the kernel
+                        raise OSError("sock_diag refused a dump request")
+                    if kind == 3:                         # NLMSG_DONE
+                        break
+                    body = data[off + 16:off + length]
+                    # Any unix socket; a netlink socket of a process (port id != 0: not the kernel's) but ours.
+                    if family == 1 or (int.from_bytes(body[4:8], sys.byteorder)
+                                       and int.from_bytes(body[16:20], sys.byteorder) != own):
+                        return True
+                    off += (length + 3) & ~3
+                else:
+                    continue
+                break
+        return False
+    finally:
+        s.close()
+
+
 def _probe_run_namespaces(st):
     """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
     throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
@@ -1224,7 +1268,7 @@ def _probe_run_namespaces(st):
                 os.setgroups([])
                 os.setresgid(RUN_UID, RUN_UID, RUN_UID)
                 os.setresuid(RUN_UID, RUN_UID, RUN_UID)
-            _enter_run_namespaces()
+            _enter_run_namespaces(True)
             os._exit(0)
         except BaseException:
             os._exit(1)
@@ -1309,7 +1353,7 @@ _CAP_HEADER_REF = ctypes.byref(_CAP_HEADER)
 _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 
 
-def _enter_run_namespaces():
+def _enter_run_namespaces(net=True):
     """A user, an IPC and a network namespace of the run's own, and a new session keyring. What they make private:
     sockets (abstract unix sockets, and any socket a run parks in a descriptor loop dies with its namespace's
     reach: no later run can connect to it); SysV shared memory, semaphores, message queues and POSIX queues (the
@@ -1319,7 +1363,7 @@ def _enter_run_namespaces():
     holds many processes cannot starve a concurrent run of the same uid. Called as the uid the program runs as
     (unprivileged as root: the namespaces are owned by the run); the capabilities a new user namespace grants in
     itself are cleared by the caller."""
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC | CLONE_NEWNET), "unshare user + IPC + network namespaces")
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)), "unshare run namespaces")
     if _libc.syscall(_SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
         raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
 
@@ -1346,7 +1390,7 @@ def _child_confine(run):
         os.setresgid(RUN_UID, RUN_UID, RUN_UID)
         os.setresuid(RUN_UID, RUN_UID, RUN_UID)
     if run["run_namespaces"]:
-        _enter_run_namespaces()
+        _enter_run_namespaces(run["net_per_run"])
     _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
     # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
     # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
@@ -1540,7 +1584,8 @@ def _spawn_and_wait(job_fd, index, limits):
     run = dict(files, job=job_fd, index=index, dir=run_dir, time_limit_s=limits["time_limit_s"],
                cpu_rlimit=_cpu_rlimit(limits["time_limit_s"]) + (st.cgroup is not None),
                is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20),
-               run_namespaces=st.features["run_namespaces"], cgroup_procs=[])
+               run_namespaces=st.features["run_namespaces"], net_per_run=st.features["net"] == "per run",
+               cgroup_procs=[])
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
     if st.cgroup is not None:
@@ -1566,6 +1611,9 @@ def _spawn_and_wait(job_fd, index, limits):
             break
         cpu_s += usage.ru_utime + usage.ru_stime
         peak_kb = max(peak_kb, usage.ru_maxrss)
+    if st.features["net"] == "renewed" and _sockets_left():
+        _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
+        st.net_renewals += 1
     if st.cgroup is not None:
         # Every process the run had, however it ended; the sum of every page charged to them, at its highest.
         cpu_s, peak = _cg_figures(st.cgroup)
