@@ -1156,10 +1156,11 @@ def _cg_run_start(cg, memory_bytes):
     for d in {cg.where[c] for c in ("memory", "pids", "cpuacct")} - set(cg.run):
         os.mkdir(name, 0o755, dir_fd=cg.workers[d])
         cg.run[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cg.workers[d])
+        if d == cg.where["pids"]:
+            _cg_write(cg.run[d], cg.files["pids.max"], str(MAX_PROCESSES))
     if cg.version == "v1" and cg.where["cpuacct"] != cg.where["memory"]:
         _cg_write(cg.run[cg.where["cpuacct"]], "cpuacct.usage", "0")
     _cg_write(cg.run[cg.where["memory"]], cg.files["memory.max"], str(memory_bytes))
-    _cg_write(cg.run[cg.where["pids"]], cg.files["pids.max"], str(MAX_PROCESSES))
     if cg.version == "v2":
         for f, v in (("memory.oom.group", "1"), ("memory.swap.max", "0")):   # OOM kills the whole run; no swap
             try:
@@ -1169,13 +1170,17 @@ def _cg_run_start(cg, memory_bytes):
     return [os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=fd) for fd in cg.run.values()]
 
 
-def _cg_figures(cg):
-    """(CPU seconds, peak bytes) of the current run from its cgroup: every process it had, at once."""
+def _cg_cpu(cg):
+    """CPU seconds of the current run: every process it had, however it ended."""
     usage = _cg_read(cg.run[cg.where["cpuacct"]], cg.files["cpu.usage"])
     if cg.version == "v2":          # cpu.stat: "usage_usec N" first; core, present without the cpu controller
-        cpu = int(dict(line.split() for line in usage.splitlines())["usage_usec"]) / 1e6
-    else:
-        cpu = int(usage) / 1e9      # cpuacct.usage: nanoseconds
+        return int(dict(line.split() for line in usage.splitlines())["usage_usec"]) / 1e6
+    return int(usage) / 1e9         # cpuacct.usage: nanoseconds
+
+
+def _cg_figures(cg):
+    """(CPU seconds, peak bytes) of the current run from its cgroup: every process it had, at once."""
+    cpu = _cg_cpu(cg)
     try:
         peak = int(_cg_read(cg.run[cg.where["memory"]], cg.files["memory.peak"]))
     except OSError:
@@ -1538,7 +1543,7 @@ def _watch(pid, wall_limit, cpu_limit, t0):
         pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
     except (AttributeError, OSError):
         pidfd = None                        # older kernels: poll with wait4(WNOHANG) every 5 ms
-    poller, limit_hit = st.poller, None
+    poller, limit_hit, checked = st.poller, None, False
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
     while True:
@@ -1546,10 +1551,11 @@ def _watch(pid, wall_limit, cpu_limit, t0):
         if left <= 0 and limit_hit is None:
             limit_hit = "timeout"
             _kill_run(pid)
-        if st.cgroup is not None and limit_hit is None and _cg_figures(st.cgroup)[0] > cpu_limit:
+        if st.cgroup is not None and limit_hit is None and checked and _cg_cpu(st.cgroup) > cpu_limit:
             limit_hit = "cpu"               # the run's CPU over all its processes (RLIMIT_CPU counts one each)
             _kill_run(pid)
         timeout = max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None else 1.0
+        checked = True            # the first check after a 0.1 s wait: most runs end before it
         events = dict(poller.poll(1000 * (timeout if pidfd is not None else min(timeout, 0.005))))
         if pidfd is None or pidfd in events:
             done, status, usage = os.wait4(pid, 0 if pidfd is not None else os.WNOHANG)
