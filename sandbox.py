@@ -8,40 +8,43 @@ evaluates only the sub-expressions that call the candidate, the parent the rest)
 (CodeContests, Codeforces: stdout compared token by token, or judged by the benchmark's checker, run as
 untrusted code too).
 
-Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where the
-candidate runs; expected values never enter that process, nor anything of another job (the server it is forked
-from never holds a job's data: requests reach the runs through memfds by splice(2), replies go out by
-sendfile(2)), nor any of the setup the candidate-calling snippets do not read (a call on test data gets the
-values of its arguments only). Values come back as tagged JSON, rebuilt type-strictly (exact builtin types
-only: an always-equal object is refused) and compared with Python's own `==`. Exit codes and prints are never
-the verdict.
-A run's figures are its own, and judged: CPU time comes from the kernel (`wait4`, every process of the run, the
-server reaping them), peak memory from the worker's memory cgroup (the sum over the run's processes of every page
-charged to them: anonymous, memfd / shmem / tmpfs, SysV; the limit counts the same), never from the child. With
-Job.repeat > 1 every run is judged, and the figures of a passing result come from runs that all passed.
-Nothing survives a run that a later or concurrent one can read, and nothing it makes outlives it: each run starts
-at a random pid with `random` reseeded; its own user + IPC namespaces (SysV / POSIX IPC and keyrings die with it;
-its process count under RLIMIT_NPROC is its own) and session keyring; its directory is a tmpfs of its own,
-unmounted whole. Isolation per run besides: scrubbed environment, rlimits, own session, wall-clock watchdog, no
-capabilities (uid `nobody` as root), the worker's network + mount + PID namespaces and a minimal read-only root.
-Where the kernel or uid refuses a step the worker falls back and says so (`SandboxPool.isolation`, `python
-sandbox.py --probe`). The judge is bounded per program over all its tests: of each run the parent keeps only what
-it judges (splice(2) drops the rest unread), so a program costs it <= ~0.5 s of CPU and 64 MB whatever it writes.
-Workers: one warm fork server per core.
+The idea on one screen. A warm fork server per core (a clean interpreter started once) does, for each run:
+  fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges)
+       -> run the program and the candidate-calling snippets, which send back plain values (tagged JSON)
+       -> measure from the run's cgroup (CPU and peak memory of every process it had) -> kill what is left
+and the trainer process judges: it rebuilds the values type-strictly (exact builtin types only: an always-equal
+object is refused) and runs the test's own comparison on them with Python's `==`. So the verdict is never
+computed where the candidate runs, and expected values never enter that process, nor anything of another job
+(requests reach the runs through memfds by splice(2), replies leave by sendfile(2): the server never holds a
+job's data). Exit codes and prints are never the verdict; a program whose top level does not complete fails.
+
+The hardening layers, each a section below saying what it defends and what happens without it:
+  a cgroup per run      CPU time, peak memory, process count and their limits over every process of a run;
+                        the worker's CPU capped (no run slows its siblings); a new memory cgroup per run
+  namespaces            per run: user, IPC, keyrings (and network: renewed when a run leaves a socket);
+                        per worker: PID (random pid per run), mount, network
+  minimal root          read-only: /usr, the interpreter and its standard library; no site-packages, no
+                        project, no protected (benchmark) files, no /proc; a startup self-check proves it
+  run directory         a tmpfs of its own per run, unmounted whole after it
+  the judge's budget    of each run the parent keeps only what it judges: <= ~0.5 s CPU, 64 MB per program
+Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`),
+and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term that
+is not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
 
 What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
 interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
 with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval case needs
 more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child: train.py leaves those
-problems out of training (never a reward); evaluate.py keeps them, with this limitation. Without a PID
-namespace the CPU time of helpers the program never waits for is not counted. Without a memory cgroup (cgroup v1
-memory controller writable, as root) the peak is the largest process's max RSS: pages no process maps (memfd,
-tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid pids follow in sequence
-across runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide.
+problems out of training (never a reward); evaluate.py keeps them, with this limitation. Without a cgroup of our
+own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed) and the peak is the
+largest process's max RSS: the mode says so. Without ns_last_pid pids follow in sequence across runs. The key
+quota (`kernel.keys.maxkeys`) is per uid host-wide. A socket parked in a descriptor loop keeps its memory until
+the kernel's unix garbage collector runs (charged to its run's cgroup, out of every later run's figures).
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
-"passed", truncated stdout accepted by `zip`); user_namespaces(7), pid_namespaces(7), pivot_root(2), wait4(2).
+"passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run); cgroups(7),
+user_namespaces(7), pid_namespaces(7), pivot_root(2), sock_diag(7), wait4(2).
 """
 import ast
 import builtins
@@ -140,10 +143,11 @@ class ProgramResult(NamedTuple):
     tests: list           # list[TestResult], one per case, same order
     passed: int
     total: int
-    cpu_s: float          # user + sys of the child (and what it reaped), from os.wait4 in the fork server
+    cpu_s: float          # user + sys of every process of the run, from its cgroup (mode cpu_counted); else
+                          # os.wait4 of the run and of the orphans the server reaps
     wall_s: float
-    peak_bytes: int       # with a memory cgroup: the highest sum of pages charged to the run's processes (shmem,
-                          # memfd, tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
+    peak_bytes: int       # mode memory_counted: the highest sum of pages charged to the run's cgroup (shmem, memfd,
+                          # tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
                           # for a no-op child forked the same way (>= 0). Granularity 256 KB with a cgroup (the
                           # kernel charges in batches of 64 pages).
     stdout: str = ""      # short excerpts
@@ -831,7 +835,12 @@ def _fresh_stdio():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Isolation: namespaces, the minimal root, limits (fork-server side)
+# Layer: namespaces. Defends the verdicts and the host. Per worker: a PID namespace (the server is its pid 1: a
+# run sees no other process, cannot signal one, and leaves none behind; each run starts at a random pid), a
+# mount namespace (the minimal root, below) and a network namespace with no interface up. Per run: a user and an
+# IPC namespace and a session keyring (SysV / POSIX IPC, keys and the RLIMIT_NPROC count die with the run), and
+# network (renewed whenever a run leaves a socket). Without them (no unprivileged user namespaces, a container
+# without CAP_SYS_ADMIN) a run has the user's rights: the mode is not isolated and callers refuse it by default.
 # ---------------------------------------------------------------------------------------------------
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWIPC = 0x08000000
@@ -1283,6 +1292,12 @@ def _probe_run_namespaces(st):
                                     f"number for {os.uname().machine}): runs share IPC, keys and sockets")
 
 
+# ---------------------------------------------------------------------------------------------------
+# Layer: the minimal root. Defends data: a run reads the interpreter and the standard library only, never the
+# project, the installed packages (benchmark data ships in them) or a file the caller protects; checked at start
+# by a run that tries (_Worker.self_check). Without it (no mount namespace) every file the user can read is
+# readable: the mode is not isolated.
+# ---------------------------------------------------------------------------------------------------
 def _bind_read_only(src, dst, device=False):
     if os.path.isdir(src):
         os.makedirs(dst, exist_ok=True)
@@ -1476,6 +1491,11 @@ class _LineReader:
                 self.fill()
 
 
+# ---------------------------------------------------------------------------------------------------
+# Layer: the run directory. Defends the next run: a tmpfs of the run's own (size- and inode-capped), unmounted
+# whole after it. Without the minimal root: a directory removed after the run (what a run made can be read by a
+# concurrent run of the same uid until then).
+# ---------------------------------------------------------------------------------------------------
 def _new_run_dir():
     """The run directory: the same path every time (a worker's runs are sequential, so the environment
     naming it is set once), new for each run and removed after it (_drop_run_dir). Under the minimal root it is
@@ -2224,7 +2244,7 @@ def _judge_assert(job, ns, splits, msg):
     tests, error = _assert_results(ns, splits, values, stop), ""
     if "failure" in stage:
         error = f"{stage['failure'].get('stage')}: {_failure_verdict(stage['failure'])[1]}"
-    # A program whose top level does not complete fails every test (DESIGN rule), even `assert 1`: its run
+    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
     # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
     # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
     if "ready" not in stage or "failure" in stage:
