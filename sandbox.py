@@ -1137,7 +1137,7 @@ def _rmdir_cgroup(parent_fd, name):
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
         try:
             for sub in os.listdir(fd):
-                if sub.startswith("run") and os.path.isdir(f"/proc/self/fd/{fd}/{sub}"):
+                if sub.startswith("run"):      # run<k>: a run's directory (the shim has no /proc to ask)
                     os.rmdir(sub, dir_fd=fd)
         finally:
             os.close(fd)
@@ -1148,10 +1148,14 @@ def _rmdir_cgroup(parent_fd, name):
 
 
 def _remove_cgroups(st):
-    """Remove the worker's cgroups (once the server and its runs are gone)."""
-    if st.cgroup is not None:
-        for fd in st.cgroup.parents.values():
-            _rmdir_cgroup(fd, st.cgroup.name)
+    """Remove the worker's cgroups (once the server and its runs are gone: their last tasks may take a moment to
+    leave, so up to a second of retries)."""
+    left = list(st.cgroup.parents.values()) if st.cgroup is not None else []
+    for _ in range(50):
+        left = [fd for fd in left if not _rmdir_cgroup(fd, st.cgroup.name)]
+        if not left:
+            return
+        time.sleep(0.02)
 
 
 def _cg_run_start(cg, memory_bytes):
@@ -1768,8 +1772,11 @@ def _serve(mode, hidden="[]"):
         _write_all(proto_out, reply)
     if not st.features["minimal_root"]:
         _remove_tree(st.runs_dir)     # our temporary directory on the host
-    if not st.features["pid_ns"]:
-        _remove_cgroups(st)           # no shim to do it once we are gone
+    if not st.features["pid_ns"]:     # no shim to do it once we are gone: leave them (v1: joined), remove them
+        if st.cgroup is not None and st.cgroup.version == "v1":
+            for fd in st.cgroup.parents.values():
+                _cg_write(fd, "cgroup.procs", "0")
+        _remove_cgroups(st)
 
 
 def _read_exact(fd, n):

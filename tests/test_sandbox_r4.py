@@ -470,3 +470,15 @@ def test_adversarial_suite_passes_as_an_ordinary_user():
     skipped = [ln for ln in out.stdout.splitlines() if ln.startswith("SKIPPED")]
     # What may skip as an ordinary user: nothing for being non-root (the x86_64-only key tests aside).
     assert all("x86_64" in ln or "mbpp" in ln.lower() for ln in skipped), "\n".join(skipped)
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_a_closed_pool_leaves_no_cgroup_behind(isolation):
+    with sb.SandboxPool(1, isolation=isolation) as pool:
+        if pool.isolation["cgroup"] is None:
+            pytest.skip("no cgroup of our own here (declared)")
+        pool.run([stdio("print(1)", "1")] * 3)
+        prefix = f"corecode-sandbox-{pool._workers[0].proc.pid}-"
+    version, dirs = sb._cgroup_dirs(open("/proc/self/cgroup").read(), open("/proc/self/mountinfo").read())
+    left = [os.path.join(d, n) for d in set(dirs.values()) for n in os.listdir(d) if n.startswith(prefix)]
+    assert left == []
