@@ -1342,8 +1342,17 @@ def _build_minimal_root(hidden):
                                                 f"{sys.base_prefix}/lib/python3*/*-packages", "/usr/lib/python3/*")
             for d in glob.glob(pattern) if d.endswith(("site-packages", "dist-packages"))}
     for d in sorted(site | {os.path.realpath(h) for h in hidden}):
-        if os.path.isdir(base + d) and any(d == s or d.startswith(s + "/") for s in sources):
+        # Only inside what is bound, and never a directory holding the interpreter or its standard library (a
+        # protected file there stays readable, and the self-check says so).
+        needed = [os.path.realpath(p) for p in (sys.executable, os.path.dirname(os.__file__))]
+        if not any(d == s or d.startswith(s + "/") for s in sources) or any(n == d or n.startswith(d + "/")
+                                                                           for n in needed):
+            continue
+        if os.path.isdir(base + d):
             _mount("tmpfs", base + d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,nr_inodes=1,mode=555")
+        elif os.path.isfile(base + d):         # a protected file: an empty one nobody may open in its place
+            os.close(os.open(base + "/.hidden", os.O_CREAT | os.O_WRONLY, 0))
+            _mount(base + "/.hidden", base + d, None, MS_BIND)
     for d in ("/tmp", "/sbx", "/.old"):       # /tmp exists, but nobody may write to it
         os.makedirs(base + d, mode=0o755, exist_ok=True)
     _check(_libc.pivot_root(base.encode(), (base + "/.old").encode()), "pivot_root")
@@ -1871,7 +1880,7 @@ class _Worker:
         here = os.path.dirname(os.path.abspath(__file__))
         cmd = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {here!r}); import sandbox; "
                "del sys.path[0]; sandbox._serve(*sys.argv[1:])", self.isolation,
-               json.dumps(sorted({p if os.path.isdir(p) else os.path.dirname(p) for p in _guarded(self.protect)}))]
+               json.dumps(_guarded(self.protect))]
         # MALLOC_ARENA_MAX: each thread's malloc arena reserves 64 MB of address space, which RLIMIT_AS
         # counts; two arenas let a program start dozens of threads, not a dozen.
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
