@@ -1554,6 +1554,9 @@ def _remove_tree(path):
     return not os.path.lexists(path)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The fork server: one run (fork, watch, measure from the cgroup, kill what is left, reply)
+# ---------------------------------------------------------------------------------------------------
 def _kill_run(pid):
     """Stop a run and everything it started."""
     try:
