@@ -461,6 +461,12 @@ def test_adversarial_suite_passes_as_an_ordinary_user():
         if not declared["isolated"]:
             pytest.skip(f"an ordinary user gets no isolation here (declared): {declared['missing'][0]}")
         assert declared["name"] == ("full" if delegated else "no-cgroup"), declared
+        # Without the delegated subtree: isolated, not counted, and a memory reward term is refused by name.
+        bare = subprocess.run(probe, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                              preexec_fn=_as_user(uid, []))
+        bare_mode = json.loads(bare.stdout.rsplit("\n", 2)[0])
+        assert bare_mode["name"] == "no-cgroup" and not bare_mode["memory_counted"], bare.stdout
+        assert "--allow-uncounted" in sb.refusal(bare_mode, need_memory=True)
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
                              preexec_fn=_as_user(uid, delegated))
     finally:
@@ -487,3 +493,16 @@ def test_a_closed_pool_leaves_no_cgroup_behind(isolation):
     version, dirs = sb._cgroup_dirs(open("/proc/self/cgroup").read(), open("/proc/self/mountinfo").read())
     left = [os.path.join(d, n) for d in set(dirs.values()) for n in os.listdir(d) if n.startswith(prefix)]
     assert left == []
+
+
+def test_the_host_harm_check_compares_snapshots_not_existence(tmp_path):
+    # A file the distribution ships where an attack would write (Debian's stdlib/sitecustomize.py) is not harm;
+    # a change to it is.
+    import test_sandbox_adversarial as adversarial
+    shipped = tmp_path / "sitecustomize.py"
+    shipped.write_text("# shipped by the distribution\n")
+    before = adversarial._signature(str(shipped))
+    assert before is not None and adversarial._signature(str(shipped)) == before
+    shipped.write_text("import os  # written by a program\n")
+    assert adversarial._signature(str(shipped)) != before
+    assert adversarial._signature(str(tmp_path / "absent")) is None
