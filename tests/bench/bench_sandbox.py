@@ -225,6 +225,7 @@ def main():
 
     with sb.SandboxPool(workers) as pool:
         print("isolation:", json.dumps(pool.isolation))
+        print(sb.mode_line(pool.mode))
 
         # 1. Throughput, same programs, same width.
         jobs = [sb.Job(r["code"], "assert", r["test_list"] + r["challenge_test_list"], setup=r["test_setup_code"],

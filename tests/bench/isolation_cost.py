@@ -7,7 +7,11 @@ its own PID and mount namespaces, forking a child that exits at once.
   ns      the child drops to nobody, enters a user + IPC namespace, joins a new session keyring   items 3-6
   cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back    item 2
   tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it                 item 9
-          (sandbox.py pays this only after a run that wrote to it: a tmpfs left as found is kept)
+  netns   as ns, plus a network namespace of the run's own (what sandbox.py does where it lacks sock_diag;
+          else it renews the worker's only after a run that left a socket: issue 49)
+  pidns   as netns, plus PID and mount namespaces per run (one more fork: the run is pid 1 of its own)
+  runcg   issue 49: a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
+          (sandbox.py keeps the pids and cpuacct ones, reset, and makes the memory one anew)
 
 Not a test (not collected); numbers vary with the machine's load: steps are measured interleaved, in rounds,
 and the median of the rounds is printed.
@@ -46,6 +50,8 @@ def main(runs):
     procs, limit, max_usage, usage = (os.open(f"{cg}/{n}", m) for n, m in (
         ("cgroup.procs", os.O_WRONLY), ("memory.limit_in_bytes", os.O_WRONLY),
         ("memory.max_usage_in_bytes", os.O_RDWR), ("memory.usage_in_bytes", os.O_RDONLY)))
+    v1 = {c: f"/sys/fs/cgroup/{c}" + next(ln.split(":", 2)[2].strip() for ln in open("/proc/self/cgroup")
+                                          if c in ln.split(":")[1].split(",")) for c in ("memory", "cpuacct", "pids")}
     scratch = "/tmp/corecode-isolation-cost"
     os.makedirs(scratch, exist_ok=True)
 
@@ -59,10 +65,30 @@ def main(runs):
         if step in ("tmpfs", "all"):
             check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", ctypes.c_ulong(6), b"size=256m,nr_inodes=8192"),
                   "mount tmpfs")
+        if step in ("runcg", "all"):
+            run_cg = []
+            for c, base in v1.items():
+                d = f"{base}/corecode-isolation-cost-run-{os.getpid()}"
+                os.mkdir(d)
+                run_cg.append((d, os.open(f"{d}/cgroup.procs", os.O_WRONLY)))
+            limit_fd = os.open(f"{v1['memory']}/corecode-isolation-cost-run-{os.getpid()}/memory.limit_in_bytes",
+                               os.O_WRONLY)
+            os.write(limit_fd, b"%d" % (256 << 20))
+            os.close(limit_fd)
         p = os.fork()
         if p == 0:
             if step in ("cgroup", "all"):
                 os.write(procs, b"0")
+            if step in ("runcg", "all"):
+                for _, fd in run_cg:
+                    os.write(fd, b"0")
+            if step == "netns":
+                check(libc.unshare(NEWUSER | NEWIPC | NEWNET), "unshare user + IPC + net")
+            if step == "pidns":
+                check(libc.unshare(NEWUSER | NEWIPC | NEWNET | NEWPID | NEWNS), "unshare all")
+                if os.fork() == 0:
+                    os._exit(0)
+                os.wait()
             if step in ("ns", "all"):
                 os.setresgid(65534, 65534, 65534)
                 os.setresuid(65534, 65534, 65534)
@@ -74,6 +100,10 @@ def main(runs):
         assert status == 0, (step, status)
         if step in ("cgroup", "all"):
             int(os.pread(max_usage, 64, 0))
+        if step in ("runcg", "all"):
+            for d, fd in run_cg:
+                os.close(fd)
+                os.rmdir(d)
         if step in ("tmpfs", "all"):
             check(libc.umount2(scratch.encode(), 2), "umount tmpfs")
 
@@ -81,7 +111,7 @@ def main(runs):
         return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
                                                                              resource.RUSAGE_CHILDREN)))
 
-    steps = ["base", "pid", "ns", "cgroup", "tmpfs", "all"]
+    steps = ["base", "pid", "ns", "netns", "pidns", "cgroup", "runcg", "tmpfs", "all"]
     wall, used = {s: [] for s in steps}, {s: [] for s in steps}
     for _ in range(7):
         for step in steps:
