@@ -296,10 +296,13 @@ def load_team(args, pool=None):
 
 def open_pool(args, need_cpu=False, need_memory=False):
     """The sandbox pool, with its mode checked: runs that could read the user's files are refused unless
-    --allow-unisolated (one line saying what is missing and how to get it)."""
-    pool = sandbox.SandboxPool(args.workers)
+    --allow-unisolated, a time or memory reward term it cannot count in full unless --allow-uncounted (one line
+    saying what is missing and how to get it). The benchmark's file is hidden from every run (the project and the
+    installed packages always are): a program that reads it could run the reference solution."""
+    pool = sandbox.SandboxPool(args.workers, protect=[data.resolve_path(args.bench, args.data)])
     why = sandbox.refusal(pool.mode, need_cpu=need_cpu, need_memory=need_memory,
-                          allow_unisolated=args.allow_unisolated, allow_uncounted=getattr(args, "allow_uncounted", False))
+                          allow_unisolated=args.allow_unisolated,
+                          allow_uncounted=getattr(args, "allow_uncounted", False))
     if why:
         pool.close()
         raise UsageError(why)

@@ -407,7 +407,8 @@ def save_checkpoint(run, step):
     os.makedirs(root, exist_ok=True)
     final, tmp = os.path.join(root, f"step_{step:06d}"), os.path.join(root, f".tmp_step_{step:06d}")
     shutil.rmtree(tmp, ignore_errors=True)
-    grpo.save_adapter(run.model, run.role, os.path.join(tmp, "adapter", run.role), base_model_name_or_path=run.base_name)
+    grpo.save_adapter(run.model, run.role, os.path.join(tmp, "adapter", run.role),
+                      base_model_name_or_path=run.base_name)
     state = {"step": step,  # the number of completed steps
              "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
              "rng": rng_states(run.device)}
@@ -667,7 +668,9 @@ def set_up(args, pool, rank, world):
         os.makedirs(args.out, exist_ok=True)
         if not args.resume and os.path.exists(metrics):
             os.remove(metrics)
-        for name, content in (("args.json", vars(args)), ("settings.json", run_settings(args))):
+        # settings.json also records the sandbox's mode (not compared on --resume: checked when the pool starts).
+        settings = {**run_settings(args), "sandbox": pool.mode}
+        for name, content in (("args.json", vars(args)), ("settings.json", settings)):
             with open(os.path.join(args.out, name), "w") as f:
                 json.dump(content, f, indent=1)
         say(run, header(run))
@@ -830,7 +833,8 @@ def blind_pass_rates(run, problems, plans):
     group's advantages come from what the plans say."""
     _, leaves, _ = agents.run_chain(run.team, (("coder", 1, 0.0),), [agents.blind_problem(p) for p in problems],
                                     [{"plan": plan} for plan in plans])
-    results = run.pool.run([agents.problem_job(p, c["program"], p.hidden_tests, stop_on_failure=run.args.stop_on_failure)
+    results = run.pool.run([agents.problem_job(p, c["program"], p.hidden_tests,
+                                               stop_on_failure=run.args.stop_on_failure)
                             for p, c in zip(problems, leaves)])
     return [r.pass_rate for r in results]
 
