@@ -246,20 +246,21 @@ class Samples:
 
 
 def _forward_kwargs(model, cache):
-    """This model's forward keywords for the cache (transformers 5.0 says past_key_values, later 5.x cache)."""
-    params = inspect.signature(model.forward).parameters
-    kwargs = {grpo.cache_keyword(model): cache, "use_cache": True}
-    if "logits_to_keep" in params:
-        # Only the last position goes through the output layer: with a 152k vocabulary the full
-        # (B, S, V) prefill logits would be the largest tensor of the whole rollout.
-        kwargs["logits_to_keep"] = 1
-    return kwargs
+    """The decoder body's forward keywords for the cache (transformers 5.0 says past_key_values, later 5.x cache)."""
+    return {grpo.cache_keyword(model): cache, "use_cache": True}
 
 
 def _last_logits(model, fwd, input_ids, attention_mask, position_ids):
-    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V)."""
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **fwd)
-    return out.logits[:, -1, :].float()  # (B, V)
+    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V).
+
+    The decoder body, then the output layer on each row's last hidden state as a (B, H) matrix: one matmul. Not the
+    model's own forward with logits_to_keep=1: that hands the head a strided (B, 1, H) slice, which torch's matmul
+    does not fold into one matmul when the head weight does not require grad (a frozen base, i.e. whenever a LoRA
+    adapter is loaded); it runs a batched matmul over a (B, H, V) COPY of the weight instead: B x 272 MB on the 0.5B
+    in bf16, the ~20 GB peak of evaluation at batch 64 with an adapter (tests/test_sampler.py, allocation bound)."""
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              **fwd).last_hidden_state[:, -1]  # (B, H)
+    return model.get_output_embeddings()(hidden).float()  # (B, V)
 
 
 def prefill(model, fwd, prompt_ids, prompt_mask):

@@ -406,3 +406,31 @@ def test_real_model_greedy_equals_hf_generate():
     enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
     ref = model.generate(**enc, do_sample=False, max_new_tokens=48)
     assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+def test_sampling_with_a_frozen_head_never_copies_the_output_layer(tiny_model_dir):
+    # The ~20 GB evaluation peak: with a LoRA adapter loaded the base is frozen, and the model's own logits_to_keep
+    # path ran the head as a batched matmul over an (n, H, V) expanded view of its weight, which bmm copies in bf16 (one
+    # copy per prompt; the copy itself happens inside the kernel). The bound: no tensor or view made while sampling is
+    # larger than the head's weight (these prompts' activations and KV cache are far below it).
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import grpo
+
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    grpo.add_lora(model, "coder")  # freezes every base weight, the head included
+    largest = []
+
+    class Largest(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            largest.extend(t.numel() for t in (out if isinstance(out, (tuple, list)) else [out])
+                           if isinstance(t, torch.Tensor))
+            return out
+
+    prompts = [agents.chat_prompt(tok, "You write Python.", u) for u in ("hi", "sort a list", "add", "min")]
+    with Largest():
+        agents.sample(model, tok, prompts, group_size=2, max_new_tokens=4, temperature=1.0, seed=0)
+    assert max(largest) <= model.get_output_embeddings().weight.numel()
