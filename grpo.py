@@ -59,7 +59,8 @@ class LoRALinear(nn.Module):
         self.lora_dropout = nn.ModuleDict()  # name -> nn.Dropout or nn.Identity
         self.r, self.lora_alpha, self.scaling = {}, {}, {}  # name -> hyper-parameter (for adapter_config.json)
         self.active = None
-        self.sampling = {}  # name -> (A, B * scaling) in the base dtype, inside `adapters_in_base_dtype` only
+        self.sampling = {}  # name -> (A, B * scaling) in the base dtype: buffers kept across entries, refilled in place
+        self.in_base_dtype = None  # inside `adapters_in_base_dtype`: the adapter whose copies are current
 
     def add_adapter(self, name, r, alpha, dropout, dtype=torch.float32):
         w = self.base_layer.weight  # (out, in)
@@ -76,7 +77,7 @@ class LoRALinear(nn.Module):
         name = self.active
         if name is None or name not in self.lora_A:
             return out
-        if name in self.sampling and not torch.is_grad_enabled():
+        if self.in_base_dtype == name and not torch.is_grad_enabled():
             # Sampling: two matmuls and an add, no casts and no scale (~6 kernels -> 3 per wrapped module and token).
             A, B = self.sampling[name]  # (r, in), (out, r) in the base dtype
             return out + F.linear(F.linear(x, A), B)  # (..., out)
@@ -115,7 +116,8 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
     r=16, alpha=32 (scaling 2): our choice, because it is a common LoRA setting for 0.5B-14B code models and the
     paper's values are unknown. dtype=float32: our choice, because LoRA updates at lr ~1e-5 vanish in bf16 (PEFT's
     autocast_adapter_dtype too). The first adapter added becomes active (like peft.get_peft_model); later ones do
-    not (like PeftModel.add_adapter): select them with `use_adapter`.
+    not (like PeftModel.add_adapter): select them with `use_adapter`. Under a process group (torchrun) every rank
+    must call it alike: the new adapter is broadcast from rank 0.
     """
     # Adapter names become keys of nn.ParameterDict: no dots, and not one of the dict's own attribute names.
     if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_]\w*", name, re.ASCII)) or hasattr(nn.ParameterDict, name):
@@ -143,6 +145,11 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
     for pname, p in model.named_parameters():  # only LoRA A/B matrices (of any adapter) are trainable
         p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
     _set_active(model, previous)  # every wrapper, old or new, agrees on the active adapter again
+    # Under torchrun each rank drew A from its own RNG: start every rank from rank 0's adapter (one collective per
+    # tensor, at set-up only), so the ranks train one model rather than agree by chance.
+    if rank_and_world()[1] > 1:
+        for p in lora_parameters(model, name):
+            dist.broadcast(p.data, src=0)
 
 
 def active_adapter(model):
@@ -174,6 +181,8 @@ def adapters_in_base_dtype(model):
     """Context for sampling: under torch.no_grad() each wrapper's active adapter runs in its base layer's dtype, with
     alpha / r folded into a copy of B (made on entry, so it is the adapter as it is now; dropped on exit). The base
     weights are never touched. Training and log-probs (grad, or outside the context) keep the float32 adapter.
+    The copies are buffers of the wrapper, allocated on the first entry and refilled in place on every later one
+    (stable storage; ~2 bytes per adapter parameter on a bf16 base, e.g. 17 MB for r=16 on the 0.5B).
 
     Tolerance: on a float32 base the only change is the rounding of B * scaling (none when alpha / r is a power of
     two, as the defaults 32 / 16). On a bf16 base the adapter's term carries bf16 rounding (A, B * scaling and the
@@ -184,13 +193,19 @@ def adapters_in_base_dtype(model):
     mods = [m for _, m in lora_modules(model) if m.active in m.lora_A]
     with torch.no_grad():
         for m in mods:
-            name, dtype = m.active, m.base_layer.weight.dtype
-            m.sampling = {name: (m.lora_A[name].to(dtype), (m.lora_B[name] * m.scaling[name]).to(dtype))}
+            name, w = m.active, m.base_layer.weight
+            A, B = m.lora_A[name], m.lora_B[name] * m.scaling[name]  # (r, in), (out, r)
+            if name not in m.sampling or m.sampling[name][0].shape != A.shape:  # first entry: allocate once
+                m.sampling[name] = (torch.empty_like(A, dtype=w.dtype), torch.empty_like(B, dtype=w.dtype))
+            # In place: the same storage on every entry (no allocation churn; a captured graph could read it).
+            m.sampling[name][0].copy_(A)
+            m.sampling[name][1].copy_(B)
+            m.in_base_dtype = name
     try:
         yield model
     finally:
         for m in mods:
-            m.sampling = {}
+            m.in_base_dtype = None
 
 
 def adapters_off(model):
@@ -218,6 +233,7 @@ def merge_adapter(model, name):
         w += (m.lora_B[name].float() @ m.lora_A[name].float() * m.scaling[name]).to(w.dtype)  # (out, r) @ (r, in)
         for store in (m.lora_A, m.lora_B, m.lora_dropout, m.r, m.lora_alpha, m.scaling):
             del store[name]
+        m.sampling.pop(name, None)
         if not m.lora_A:
             parent_name, _, child_name = full.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child_name, m.base_layer)
@@ -672,15 +688,16 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
 def dist_setup(device=None):
     """(rank, world, device): joins torchrun's process group when WORLD_SIZE > 1, (0, 1, device) otherwise.
 
-    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun a bare "cuda" means
-    cuda:LOCAL_RANK (one GPU per rank). The backend follows that device, not torch.cuda.is_available(): nccl for a
+    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun any CUDA device
+    ("cuda", "cuda:0", ...) means cuda:LOCAL_RANK: one GPU per rank (pick the GPUs with CUDA_VISIBLE_DEVICES); an
+    explicit index kept as given would put every rank on one GPU, where nccl fails at the first collective. The backend follows that device, not torch.cuda.is_available(): nccl for a
     CUDA device (it has no CPU backend, so every tensor given to a collective must sit on the run's device), gloo
     for a CPU one (`--device cpu` on a CUDA machine)."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world <= 1:
         return 0, 1, device
-    if device == "cuda":
+    if torch.device(device).type == "cuda":
         device = f"cuda:{local}"
     if not dist.is_initialized():
         if torch.device(device).type == "cuda":

@@ -46,6 +46,13 @@ def test_dist_setup_puts_a_bare_cuda_device_on_the_local_rank(monkeypatch):
     assert grpo.dist_setup("cuda")[2] == "cuda:1"
 
 
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1"])
+def test_dist_setup_puts_an_explicit_cuda_device_on_the_local_rank(monkeypatch, device):
+    # --device cuda:0 kept as given put both ranks on one GPU: nccl fails at the first collective.
+    calls = torchrun_env(monkeypatch, rank=1)
+    assert grpo.dist_setup(device) == (1, 2, "cuda:1") and calls[0] == ("set_device", "cuda:1")
+
+
 def test_dist_setup_runs_a_cpu_run_on_gloo_even_where_cuda_is_visible(monkeypatch):
     calls = torchrun_env(monkeypatch)
     assert grpo.dist_setup("cpu") == (1, 2, "cpu")

@@ -159,7 +159,21 @@ def test_base_dtype_adapter_leaves_the_module_as_it_was():
         before = m(x)
         with grpo.adapters_in_base_dtype(m):
             m(x)
-        assert torch.equal(m(x), before) and torch.equal(m.base_layer.weight, weight) and m.sampling == {}
+        assert torch.equal(m(x), before) and torch.equal(m.base_layer.weight, weight) and m.in_base_dtype is None
+
+
+def test_base_dtype_adapter_keeps_its_storage_and_follows_the_adapter():
+    # A new bf16 copy per entry was allocation churn, and nothing could be captured in a CUDA graph over it.
+    m, x = one_lora_linear(torch.bfloat16)
+    with torch.no_grad(), grpo.adapters_in_base_dtype(m):
+        m(x)
+        ptrs = [t.data_ptr() for t in m.sampling["coder"]]
+    with torch.no_grad():
+        m.lora_B["coder"].mul_(-1)  # a training step moved the adapter
+        A, B = m.lora_A["coder"].bfloat16(), (m.lora_B["coder"] * m.scaling["coder"]).bfloat16()
+        with grpo.adapters_in_base_dtype(m):
+            assert [t.data_ptr() for t in m.sampling["coder"]] == ptrs
+            assert torch.equal(m(x), m.base_layer(x) + x @ A.T @ B.T)  # refilled with the new B
 
 
 def test_base_dtype_adapter_never_serves_a_gradient():
