@@ -337,33 +337,26 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
     attends to its first P + t + 1 columns, a view, so nothing is concatenated per step.
     Finished rows: once at least `drop_at` of the decode batch has finished (None: never), those rows leave it (KV
     cache, mask, positions, logits); the returned (B, T) still give them pad / mask 0, and `sample_token` still
-    draws their noise, so the tokens are exactly those of decoding every row. It is decided only where the loop
-    reads "finished" anyway (below), so it adds no host sync. On a GPU it is on too but unmeasured (none here): a
-    small batch's decode step is bound there by kernel launches, not rows, so expect little gain. Without it, as
-    in HF generate, finished rows keep receiving pad tokens (outputs thrown away: compute, never correctness).
+    draws their noise, so the tokens are exactly those of decoding every row. Without it, as in HF generate,
+    finished rows keep receiving pad tokens (outputs thrown away: compute, never correctness).
     Host syncs: on a GPU a decode step is bound by kernel launches, so the host must queue the next step while the
-    device runs this one; it never waits for a step it has not queued the successor of. Stop strings are matched on a
-    host copy of each step's tokens (one non-blocking copy, read once the next step is queued, still before that
-    step's token is drawn); without stop strings "all finished" is read every `_finished_check_every` steps, and
-    the extra steps of pads are cut off at the end (T = the steps in which some row was running).
+    device runs this one; it never waits for a step it has not queued the successor of. Each step's tokens are
+    copied to the host without blocking (`_to_host`) and read once the next step is queued: that host copy is the
+    one source of "which rows still run" (EOS, stop strings, all finished, which rows to drop).
     """
     B, device = logits.shape[0], logits.device
-    cache = fwd.get("cache", fwd.get("past_key_values"))
+    cache = fwd[grpo.cache_keyword(model)]
     rows = torch.arange(B)  # (b,) the rows of the decode batch (b = B until some are dropped), on the host
     rows_dev = rows.to(device)  # (b,) the same on the model's device
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)  # (B, N)
     finished = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
-    if stop:
-        # Longest stop string in characters; a token adds >= 1 character except for partial UTF-8 bytes,
-        # so 4 tokens per character (+ slack) always cover a stop string that ends in the newest token.
-        window = 4 * max(len(s) for s in stop) + 4
-        # Step-major, so each step's copy is one contiguous row; pinned, so the copy does not block the host.
-        host_ids = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, pin_memory=device.type == "cuda")
-        running = torch.ones(B, dtype=torch.bool)  # (B,) host mirror of ~finished
-        eos_host = eos_ids.cpu()
-        copied = torch.cuda.Event() if device.type == "cuda" else None
-    check_every = _finished_check_every(device)
+    # Step-major, so each step's copy is one contiguous row; pinned on CUDA, so the copy does not block the host.
+    host_ids = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, pin_memory=device.type == "cuda")
+    running, eos_host = torch.ones(B, dtype=torch.bool), eos_ids.cpu()  # (B,) host mirror of ~finished, (E,)
+    # A token adds >= 1 character except for partial UTF-8 bytes, so 4 tokens per character of the longest stop
+    # string (+ slack) always cover a stop string that ends in the newest token.
+    window = 4 * max(map(len, stop), default=0) + 4
     for t in range(max_new_tokens):
         token = sample_token(logits, temperature, top_k, top_p, generator, rows_dev if len(rows) < B else None, B)
         if len(rows) < B:  # (b,) -> (B,): the dropped rows are finished, they get pad below
@@ -372,13 +365,9 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
         # includes the EOS token itself. It is never recomputed from the pad id (pad == eos is common).
         alive = ~finished  # (B,)
         token = torch.where(alive, token, pad_id)  # (B,) finished rows only ever emit pad
-        ids[:, t] = token
-        mask[:, t] = alive
+        ids[:, t], mask[:, t] = token, alive
         finished |= torch.isin(token, eos_ids)
-        if stop:
-            host_ids[t].copy_(token, non_blocking=copied is not None)  # async only where an event tells when done
-            if copied is not None:
-                copied.record()
+        copied = _to_host(host_ids[t], token)
         if t + 1 == max_new_tokens:
             break
         if progress is not None and (t + 1) % 16 == 0:
@@ -387,23 +376,17 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
         step_token = token if len(rows) == B else token[rows_dev]  # (b,)
         logits = decode_one_token(model, fwd, step_token, step_mask, positions)  # (b, V) queued, not waited for
         positions = positions + 1
-        if stop:
-            if copied is not None:
-                copied.synchronize()  # this step's tokens only; the forward just queued keeps the device busy
-            running &= ~torch.isin(host_ids[t], eos_host)
-            hit = _hit_stop(tokenizer, host_ids, running, t, window, stop)  # (B,) host
-            if hit.any():  # at most once per row: the only host-to-device write of the loop
-                running &= ~hit
-                finished |= hit.to(device, non_blocking=True)
-            if not running.any():
-                break
-        if (t + 1) % check_every:
-            continue
-        # Which decode rows still run: the stop strings' host mirror, else one read (a host sync, so not every step
-        # on a GPU). Dropping a row selects every tensor that has one row per decode row; the new logits included.
-        live = running[rows] if stop else (~finished[rows_dev]).cpu()  # (b,) host
+        if copied is not None:
+            copied.synchronize()  # this step's tokens only; the forward just queued keeps the device busy
+        running &= ~torch.isin(host_ids[t], eos_host)
+        hit = _hit_stop(tokenizer, host_ids, running, t, window, stop) if stop else None  # (B,) host
+        if hit is not None and hit.any():  # at most once per row: the only host-to-device write of the loop
+            running &= ~hit
+            finished |= hit.to(device, non_blocking=True)
+        live = running[rows]  # (b,) host
         if not live.any():
             break
+        # Dropping a row selects every tensor that has one row per decode row; the new logits included.
         if drop_at is not None and len(rows) - int(live.sum()) >= max(1, drop_at * len(rows)):
             keep, rows = live.nonzero()[:, 0], rows[live]  # (b',) positions in the old decode batch, (b',) rows
             keep, rows_dev = keep.to(device, non_blocking=True), rows.to(device, non_blocking=True)
@@ -414,10 +397,19 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
     return ids[:, :T], mask[:, :T]
 
 
-def _finished_check_every(device):
-    """Decode steps between two reads of "all rows finished": every step on a CPU, where a sync costs nothing and a
-    step a lot; 8 on an accelerator (up to 7 wasted steps at the end, against a stalled queue every step)."""
-    return 1 if device.type == "cpu" else 8
+def _to_host(dst, src):
+    """Copy device tensor `src` into host tensor `dst` (pinned on CUDA) without blocking the host. Returns the event
+    to wait on before reading dst, or None where the copy is already done (a CPU). The event is recorded on the
+    stream the copy ran on, the current stream of src's device: `Event.record()` without a stream records on the
+    current DEVICE's stream, which with --device cuda:1 outside torchrun is cuda:0's: it would not wait for the
+    copy, and the host could read the buffer's fill value (pad, often an EOS id: rows wrongly finished)."""
+    if src.device.type != "cuda":
+        dst.copy_(src)
+        return None
+    dst.copy_(src, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(src.device))
+    return done
 
 
 def _decode_mask(model, prompt_mask, max_new_tokens):

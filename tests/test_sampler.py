@@ -279,7 +279,7 @@ def same_samples(a, b):
             and a.texts == b.texts and a.cut == b.cut)
 
 
-@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded", "2D mask", "every 8 steps"])
+@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded", "2D mask"])
 def test_dropping_finished_rows_samples_the_same_tokens(tiny, monkeypatch, case):
     # Rows leave the decode batch as they end (EOS is 10% of the vocabulary), yet each row keeps its own draws.
     model, tok = tiny
@@ -287,8 +287,6 @@ def test_dropping_finished_rows_samples_the_same_tokens(tiny, monkeypatch, case)
     G = 6 if case == "unpadded" else 3
     if case == "2D mask":  # the plain (B, P+N) mask instead of the prepared 4D one
         monkeypatch.setattr(agents.grpo, "prepared_mask_ok", lambda model: False)
-    if case == "every 8 steps":  # a GPU's cadence: rows are dropped only where "finished" is read
-        monkeypatch.setattr(agents, "_finished_check_every", lambda device: 8)
     gens = lambda: ([torch.Generator().manual_seed(i) for i in range(len(prompts))]  # noqa: E731
                     if case == "a generator per prompt" else torch.Generator().manual_seed(7))
     kw = dict(group_size=G, max_new_tokens=40, temperature=1.0, eos_token_ids=list(range(3, 43)))
