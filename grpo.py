@@ -468,7 +468,7 @@ def prepared_mask_ok(model):
 
     layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
     return (int(transformers.__version__.split(".")[0]) >= 5
-            and getattr(model.config, "_attn_implementation", None) == "sdpa"
+            and getattr(model.config, "_attn_implementation", None) in ("sdpa", "sdpa_packed_gqa")
             and all(t == "full_attention" for t in layer_types))
 
 

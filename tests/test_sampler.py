@@ -432,3 +432,35 @@ def test_sampling_with_a_frozen_head_never_copies_the_output_layer(tiny_model_di
     with Largest():
         agents.sample(model, tok, prompts, group_size=2, max_new_tokens=4, temperature=1.0, seed=0)
     assert max(largest) <= model.get_output_embeddings().weight.numel()
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+def test_packed_gqa_decode_step_equals_sdpa_over_repeated_kv_heads():
+    # What transformers <= 5.17 ran for a padded decode step (K/V repeated per query head), against ours (no copy).
+    import types
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=g) for shape in [(3, 4, 1, 8), (3, 2, 10, 8), (3, 2, 10, 8)])
+    mask = torch.arange(10)[None, None, None, :] >= torch.tensor([0, 3, 6])[:, None, None, None]  # (3, 1, 1, 10)
+    ours, _ = agents._sdpa_packed_gqa(types.SimpleNamespace(num_key_value_groups=2, is_causal=True), q, k, v, mask,
+                                      scaling=0.3)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           attn_mask=mask, scale=0.3).transpose(1, 2)  # (3, 1, 4, 8)
+    assert ours.shape == ref.shape and torch.allclose(ours, ref, atol=1e-6)
+
+
+def test_loaded_models_sample_what_transformers_sdpa_samples(tiny):
+    # load_model switches the model to PACKED_SDPA; the tokens sampled (T = 1, one seed) equal stock SDPA's on a
+    # padded batch (the packed path is the one that runs there: GQA, one query per row, a mask).
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    kw = dict(group_size=2, max_new_tokens=12, temperature=1.0, seed=3, eos_token_ids=())
+    assert model.config._attn_implementation == agents.PACKED_SDPA
+    packed = agents.sample(model, tok, prompts, **kw)
+    model.set_attn_implementation("sdpa")
+    try:
+        stock = agents.sample(model, tok, prompts, **kw)
+    finally:
+        model.set_attn_implementation(agents.PACKED_SDPA)
+    assert torch.equal(packed.completion_ids, stock.completion_ids)
