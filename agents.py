@@ -299,53 +299,6 @@ def prefill(model, fwd, prompt_ids, prompt_mask):
     return _last_logits(model, fwd, prompt_ids, prompt_mask, position_ids)
 
 
-# our choice: consecutive prompts that share at least this many leading tokens prefill them once (the Planner stage's
-# Coder: the G plans of one problem follow the same system prompt and statement, about half of each prompt). Shorter
-# shared heads (a chat template's system line) are not worth a second forward pass.
-SHARE_MIN_TOKENS = 64
-
-
-def shared_prefix_runs(token_lists, min_len=SHARE_MIN_TOKENS):
-    """Runs of consecutive prompts sharing their first tokens: [(start, end, n_shared)] covering every prompt in
-    order. n_shared is the run's common prefix (>= min_len when the run has two or more prompts), always shorter than
-    each of its prompts, so every row keeps a token of its own to take its next-token logits from; a run of one
-    shares all its tokens but the last."""
-    runs = []
-    for i, ids in enumerate(token_lists):
-        if runs:
-            start, _, n = runs[-1]
-            head = token_lists[start]
-            k = next((j for j in range(min(n, len(ids) - 1)) if head[j] != ids[j]), min(n, len(ids) - 1))
-            if k >= min_len:
-                runs[-1] = (start, i + 1, k)
-                continue
-        runs.append((i, i + 1, len(ids) - 1))
-    return runs
-
-
-def _left_pad(lists, pad_id, device):
-    """Token lists -> (ids, mask) (n, L), left-padded."""
-    L = max(len(x) for x in lists)
-    ids = torch.tensor([[pad_id] * (L - len(x)) + x for x in lists], dtype=torch.long, device=device)  # (n, L)
-    mask = torch.tensor([[0] * (L - len(x)) + [1] * len(x) for x in lists], dtype=torch.long, device=device)
-    return ids, mask
-
-
-def prefill_shared(model, fwd, token_lists, runs, pad_id, device):
-    """Prefill each run's shared prefix once, copy its cache to the run's rows, then run every row's own suffix
-    after it. A row's cache then holds [its prefix, left-padded][its suffix, left-padded]: the pads in the middle are
-    masked and positions count real tokens, so each row attends to exactly its prompt (up to float rounding: the
-    shapes differ from one prefill of the whole prompts). Returns (next-token logits (n, V), that mask (n, Lp + Ls))."""
-    pre_ids, pre_mask = _left_pad([token_lists[a][:n] for a, _, n in runs], pad_id, device)  # (r, Lp)
-    prefill(model, fwd, pre_ids, pre_mask)
-    owner = torch.tensor([r for r, (a, b, _) in enumerate(runs) for _ in range(a, b)], device=device)  # (n,)
-    fwd.get("cache", fwd.get("past_key_values")).batch_select_indices(owner)  # (r, ...) -> (n, ...) rows
-    suf_ids, suf_mask = _left_pad([token_lists[i][n:] for a, b, n in runs for i in range(a, b)], pad_id, device)
-    mask = torch.cat([pre_mask[owner], suf_mask], 1)  # (n, Lp + Ls)
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)[:, pre_ids.shape[1]:]  # (n, Ls)
-    return _last_logits(model, fwd, suf_ids, mask, position_ids), mask
-
-
 def decode_one_token(model, fwd, token, attention_mask, position_ids):
     """Feed one token per row. token (B,), attention_mask (B, P+t+1), position_ids (B,) -> logits (B, V)."""
     return _last_logits(model, fwd, token[:, None], attention_mask, position_ids[:, None])
@@ -362,8 +315,8 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
                     eos_ids, pad_id, stop, temperature, top_k, top_p, generator, progress=None, drop_at=DROP_AT):
     """The decode loop. From the first logits (B, V) run up to max_new_tokens steps; return (ids, mask), (B, T).
 
-    full_mask: the prompt mask followed by ones (see `_decode_mask`), or None when nothing is padded; step t
-    attends to its first P + t + 1 columns, a view, so nothing is concatenated per step.
+    full_mask (B, P + N): the prompt mask followed by ones, or None when nothing is padded; step t attends to its
+    first P + t + 1 columns, a view, so nothing is concatenated per step.
     Finished rows: once at least `drop_at` of the decode batch has finished (None: never), those rows leave it (KV
     cache, mask, positions, logits); the returned (B, T) still give them pad / mask 0, and `sample_token` still
     draws their noise, so the tokens are exactly those of decoding every row. Without it, as in HF generate,
@@ -401,7 +354,7 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
             break
         if progress is not None and (t + 1) % 16 == 0:
             progress(t + 1, max_new_tokens)
-        step_mask = None if full_mask is None else full_mask[..., : n_prompt + t + 1]  # (b, P+t+1) or (b,1,1,P+t+1)
+        step_mask = None if full_mask is None else full_mask[:, : n_prompt + t + 1]  # (b, P+t+1)
         step_token = token if len(rows) == B else token[rows_dev]  # (b,)
         logits = decode_one_token(model, fwd, step_token, step_mask, positions)  # (b, V) queued, not waited for
         positions = positions + 1
@@ -421,7 +374,7 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
             keep, rows_dev = keep.to(device, non_blocking=True), rows.to(device, non_blocking=True)
             cache.batch_select_indices(keep)
             logits, positions = logits[keep], positions[keep]  # (b', V), (b',)
-            full_mask = None if full_mask is None else full_mask[keep]  # (b', P+N) or (b', 1, 1, P+N)
+            full_mask = None if full_mask is None else full_mask[keep]  # (b', P+N)
     T = int(mask.any(0).sum())  # a row runs in a prefix of the steps, so the steps with one running are a prefix
     return ids[:, :T], mask[:, :T]
 
@@ -439,20 +392,6 @@ def _to_host(dst, src):
     done = torch.cuda.Event()
     done.record(torch.cuda.current_stream(src.device))
     return done
-
-
-def _decode_mask(model, prompt_mask, max_new_tokens):
-    """The attention mask of every decode step, built once: (B, P + N), or (B, 1, 1, P + N) bool for SDPA.
-
-    With SDPA and only full-attention layers the model gets the 4D boolean mask it would build itself (transformers
-    passes a prepared mask through): that skips about a tenth of a small model's decode step, bit-identically.
-    Eager (additive float mask), flash-attention and sliding-window layers get the plain 2D mask.
-    """
-    B = prompt_mask.shape[0]
-    mask2d = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)  # (B, P+N)
-    if grpo.prepared_mask_ok(model):
-        return mask2d.bool()[:, None, None, :]  # (B, 1, 1, P+N)
-    return mask2d
 
 
 def _hit_stop(tokenizer, host_ids, running, t, window, stop):
@@ -486,7 +425,7 @@ def stop_token_ids(model, tokenizer):
 
 def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
            stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, progress=None,
-           drop_finished=True, share_prefixes=True):
+           drop_finished=True):
     """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
 
     prompts: non-empty strings, already chat-formatted (`chat_prompt`). temperature 0 is greedy; top_k=0 and
@@ -499,8 +438,6 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
         plans from the text; the token ids and mask still include the tokens that spelled the stop string.
     progress: optional callable(tokens_so_far, max_new_tokens), called every 16 decode steps (a progress bar).
     drop_finished: drop finished rows from the decode batch (`decode_n_tokens`, DROP_AT); the same tokens either way.
-    share_prefixes: prefill the leading tokens that neighbouring prompts share once (`shared_prefix_runs`,
-        SHARE_MIN_TOKENS); the same tokens as without it up to float rounding (tested against HF generate).
     """
     if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError("sample() needs a non-empty list of non-empty prompt strings")
@@ -523,8 +460,6 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     # our choice: add_special_tokens=False because the chat template already writes every special token the model
     # expects (a tokenizer adding BOS again would double it).
     enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
-    # Each prompt's own tokens (no pads), for the shared heads.
-    lists = [ids[len(ids) - n:] for ids, n in zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist())]
     prompt_ids = enc["input_ids"].to(device)  # (n, P)
     prompt_mask = enc["attention_mask"].to(device)  # (n, P)
 
@@ -534,13 +469,8 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     with torch.no_grad(), _eval_mode(model), grpo.adapters_in_base_dtype(model):
         cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
         fwd = _forward_kwargs(model, cache)
-        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV), and a head that
-        #    neighbouring prompts share once (cache_mask: the cache's layout, which then differs from prompt_mask)
-        runs = shared_prefix_runs(lists) if share_prefixes and min(map(len, lists)) > 1 else []
-        if 0 < len(runs) < len(prompts):
-            logits, cache_mask = prefill_shared(model, fwd, lists, runs, pad_id, device)  # (n, V), (n, Lp + Ls)
-        else:
-            logits, cache_mask = prefill(model, fwd, prompt_ids, prompt_mask), prompt_mask  # (n, V), (n, P)
+        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
+        logits = prefill(model, fwd, prompt_ids, prompt_mask)  # (n, V)
         # 2) copy the cache and the logits to the G rows of each group (row i*G+g). The first token is then
         #    drawn from the (B, V) logits with an independent draw per row, not drawn once and broadcast,
         #    which would make every group start identically and shrink its reward variance.
@@ -549,12 +479,12 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
             logits = logits.repeat_interleave(G, dim=0)  # (B, V)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (B, P)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)  # (B, P)
-        cache_mask = cache_mask.repeat_interleave(G, dim=0)  # (B, C)
         # Like HF generate: without any padding the mask is dropped, so attention can use its causal fast path.
-        full_mask = None if bool(cache_mask.all()) else _decode_mask(model, cache_mask, max_new_tokens)
+        full_mask = None if bool(prompt_mask.all()) else torch.cat(
+            [prompt_mask, prompt_mask.new_ones(len(prompt_mask), max_new_tokens)], dim=1)  # (B, P+N)
         positions = prompt_mask.sum(-1)  # (B,) position of the first generated token
         # 3) decode
-        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, cache_mask.shape[1],
+        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, prompt_mask.shape[1],
                                     max_new_tokens, eos_ids, pad_id, stop, temperature, top_k, top_p, generator,
                                     progress, drop_at=DROP_AT if drop_finished else None)
         del cache, fwd  # the KV cache is the largest rollout tensor; free it before the caller trains

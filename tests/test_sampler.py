@@ -95,48 +95,6 @@ def test_greedy_with_early_eos_equals_hf_generate(tiny):
     assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
 
 
-def shared_head_prompts(tok):
-    """Three prompts after one long statement (plans of different lengths, as the Planner stage's Coder gets), then
-    an unrelated one: two runs, one sharing a head of >= SHARE_MIN_TOKENS."""
-    head = "Write a function to find the shared elements of two lists, keeping their order. " * 3
-    users = [head + "Plan: " + plan for plan in ("use a set.", "1. Make a set of b. 2. Keep each x of a in it.", "")]
-    return [agents.chat_prompt(tok, "You write Python.", u) for u in users] + ragged_prompts(tok)[1:2]
-
-
-def test_shared_prefix_runs_group_neighbours_with_a_long_common_head():
-    a = list(range(100))
-    runs = agents.shared_prefix_runs([a + [1], a + [2, 3], a[:70] + [9], [5, 6], a], min_len=64)
-    assert runs == [(0, 3, 70), (3, 4, 1), (4, 5, 99)]  # the head stops where a prompt differs; one token kept
-    assert agents.shared_prefix_runs([a, a], min_len=64) == [(0, 2, 99)]  # identical prompts keep their last token
-    assert agents.shared_prefix_runs([a + [1], a[:10] + [2]], min_len=64) == [(0, 1, 100), (1, 2, 10)]
-
-
-def test_sampling_with_a_shared_head_equals_naive_recompute(tiny, monkeypatch):
-    model, tok = tiny
-    prompts = shared_head_prompts(tok)
-    calls, prefill_shared = [], agents.prefill_shared
-    monkeypatch.setattr(agents, "prefill_shared", lambda *a: calls.append(a[3]) or prefill_shared(*a))
-    eos = list(range(3, 43))
-    s = agents.sample(model, tok, prompts, group_size=2, max_new_tokens=16, temperature=1.0, seed=3,
-                      eos_token_ids=eos)
-    assert calls and calls[0][0][:2] == (0, 3) and calls[0][0][2] >= agents.SHARE_MIN_TOKENS  # the head was shared
-    ref_ids, ref_mask = naive_sample(model, tok, prompts, 2, 16, 1.0, 0, 1.0, 3, eos)
-    assert torch.equal(s.completion_ids, ref_ids) and torch.equal(s.completion_mask, ref_mask)
-    plain = agents.sample(model, tok, prompts, group_size=2, max_new_tokens=16, temperature=1.0, seed=3,
-                          eos_token_ids=eos, share_prefixes=False)
-    assert len(calls) == 1 and torch.equal(plain.completion_ids, s.completion_ids)
-    assert torch.equal(s.prompt_mask, plain.prompt_mask)  # callers still get the prompts left-padded
-
-
-def test_greedy_with_a_shared_head_equals_hf_generate(tiny):
-    model, tok = tiny
-    prompts = shared_head_prompts(tok)
-    ours = agents.sample(model, tok, prompts, max_new_tokens=20, temperature=0)
-    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
-    ref = model.generate(**enc, do_sample=False, max_new_tokens=20, pad_token_id=tok.pad_token_id)
-    assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
-
-
 # ----------------------------------------------------------------------------------------- group sampling
 
 def test_first_tokens_after_shared_prefill_are_independent(tiny):
@@ -279,14 +237,12 @@ def same_samples(a, b):
             and a.texts == b.texts and a.cut == b.cut)
 
 
-@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded", "2D mask"])
+@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded"])
 def test_dropping_finished_rows_samples_the_same_tokens(tiny, monkeypatch, case):
     # Rows leave the decode batch as they end (EOS is 10% of the vocabulary), yet each row keeps its own draws.
     model, tok = tiny
     prompts = ragged_prompts(tok)[1:2] if case == "unpadded" else ragged_prompts(tok)  # one prompt: no mask at all
     G = 6 if case == "unpadded" else 3
-    if case == "2D mask":  # the plain (B, P+N) mask instead of the prepared 4D one
-        monkeypatch.setattr(agents.grpo, "prepared_mask_ok", lambda model: False)
     gens = lambda: ([torch.Generator().manual_seed(i) for i in range(len(prompts))]  # noqa: E731
                     if case == "a generator per prompt" else torch.Generator().manual_seed(7))
     kw = dict(group_size=G, max_new_tokens=40, temperature=1.0, eos_token_ids=list(range(3, 43)))
