@@ -275,8 +275,10 @@ class Samples:
 
 
 def _forward_kwargs(model, cache):
-    """The decoder body's forward keywords for the cache (transformers 5.0 says past_key_values, later 5.x cache)."""
-    return {grpo.cache_keyword(model): cache, "use_cache": True}
+    """The decoder body's forward keywords for the cache: past_key_values in transformers 5.0-5.2x, cache later (the
+    old name is then deprecated). Passing the wrong one is silent: it lands in **kwargs and the cache is ignored."""
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {key: cache, "use_cache": True}
 
 
 def _last_logits(model, fwd, input_ids, attention_mask, position_ids):
@@ -327,7 +329,7 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
     one source of "which rows still run" (EOS, stop strings, all finished, which rows to drop).
     """
     B, device = logits.shape[0], logits.device
-    cache = fwd[grpo.cache_keyword(model)]
+    cache = fwd.get("cache", fwd.get("past_key_values"))
     rows = torch.arange(B)  # (b,) the rows of the decode batch (b = B until some are dropped), on the host
     rows_dev = rows.to(device)  # (b,) the same on the model's device
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
