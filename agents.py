@@ -134,6 +134,31 @@ def _hub_reachable():
         return False
 
 
+# The attention every loaded model runs (load_model): transformers' SDPA, with a decode step that never copies the KV
+# cache (`_sdpa_packed_gqa`).
+PACKED_SDPA = "sdpa_packed_gqa"
+
+
+def _sdpa_packed_gqa(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention, except one decode step (one query per row) with a mask under grouped-query
+    attention. transformers up to 5.17 gives SDPA `enable_gqa` only without a mask (CUDA's fused kernels refuse the
+    two together) and otherwise repeats each KV head's keys and values for its query heads: a copy of the whole KV
+    cache per layer per step as soon as one prompt is padded (~13 ms a step at B = 256, L = 1024 on an H200; 11x one
+    layer's attention on this CPU at B = 64). Here a KV head's query heads become its rows (as later transformers
+    do): the same attention, no copy. query (B, H, 1, d), key / value (B, KV, L, d) -> ((B, 1, H, d), None)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    B, H, n_query, d = query.shape
+    groups = H // key.shape[1]
+    if n_query != 1 or groups == 1 or attention_mask is None or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    q = query.reshape(B, H // groups, groups, d)  # (B, KV, G, d): a KV head's query heads as its G rows
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask,
+                                                           dropout_p=kwargs.get("dropout", 0.0),
+                                                           scale=kwargs.get("scaling"))  # (B, KV, G, d)
+    return out.reshape(B, 1, H, d), None
+
+
 def load_model(name_or_path, device=None, dtype=None):
     """Load (model, tokenizer) from a local HF directory or a hub id, in eval mode on `device` (None: cuda if
     visible, else cpu; MPS is untested). Errors are one line saying what to pass instead: FileNotFoundError for a
@@ -170,6 +195,10 @@ def load_model(name_or_path, device=None, dtype=None):
         tokenizer.pad_token = tokenizer.eos_token
     # Decoder-only generation needs left padding so that every row's last prompt token is at the end.
     tokenizer.padding_side = "left"
+    if model.config._attn_implementation == "sdpa":  # SDPA's masks with our attention (not eager / flash ones)
+        transformers.AttentionInterface.register(PACKED_SDPA, _sdpa_packed_gqa)
+        transformers.masking_utils.AttentionMaskInterface.register(PACKED_SDPA, transformers.masking_utils.sdpa_mask)
+        model.set_attn_implementation(PACKED_SDPA)
     model.to(device).eval()
     return model, tokenizer
 
@@ -246,20 +275,23 @@ class Samples:
 
 
 def _forward_kwargs(model, cache):
-    """This model's forward keywords for the cache (transformers 5.0 says past_key_values, later 5.x cache)."""
-    params = inspect.signature(model.forward).parameters
-    kwargs = {grpo.cache_keyword(model): cache, "use_cache": True}
-    if "logits_to_keep" in params:
-        # Only the last position goes through the output layer: with a 152k vocabulary the full
-        # (B, S, V) prefill logits would be the largest tensor of the whole rollout.
-        kwargs["logits_to_keep"] = 1
-    return kwargs
+    """The decoder body's forward keywords for the cache: past_key_values in transformers 5.0-5.2x, cache later (the
+    old name is then deprecated). Passing the wrong one is silent: it lands in **kwargs and the cache is ignored."""
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {key: cache, "use_cache": True}
 
 
 def _last_logits(model, fwd, input_ids, attention_mask, position_ids):
-    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V)."""
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **fwd)
-    return out.logits[:, -1, :].float()  # (B, V)
+    """One forward through the cache; the next-token logits of each row in float32. (B, S) -> (B, V).
+
+    The decoder body, then the output layer on each row's last hidden state as a (B, H) matrix: one matmul. Not the
+    model's own forward with logits_to_keep=1: that hands the head a strided (B, 1, H) slice, which torch's matmul
+    does not fold into one matmul when the head weight does not require grad (a frozen base, i.e. whenever a LoRA
+    adapter is loaded); it runs a batched matmul over a (B, H, V) COPY of the weight instead: B x 272 MB on the 0.5B
+    in bf16, the ~20 GB peak of evaluation at batch 64 with an adapter (tests/test_sampler.py, allocation bound)."""
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              **fwd).last_hidden_state[:, -1]  # (B, H)
+    return model.get_output_embeddings()(hidden).float()  # (B, V)
 
 
 def prefill(model, fwd, prompt_ids, prompt_mask):
@@ -267,53 +299,6 @@ def prefill(model, fwd, prompt_ids, prompt_mask):
     # Position of each real token = how many real tokens precede it; pads get 0 (masked anyway).
     position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # (n, P)
     return _last_logits(model, fwd, prompt_ids, prompt_mask, position_ids)
-
-
-# our choice: consecutive prompts that share at least this many leading tokens prefill them once (the Planner stage's
-# Coder: the G plans of one problem follow the same system prompt and statement, about half of each prompt). Shorter
-# shared heads (a chat template's system line) are not worth a second forward pass.
-SHARE_MIN_TOKENS = 64
-
-
-def shared_prefix_runs(token_lists, min_len=SHARE_MIN_TOKENS):
-    """Runs of consecutive prompts sharing their first tokens: [(start, end, n_shared)] covering every prompt in
-    order. n_shared is the run's common prefix (>= min_len when the run has two or more prompts), always shorter than
-    each of its prompts, so every row keeps a token of its own to take its next-token logits from; a run of one
-    shares all its tokens but the last."""
-    runs = []
-    for i, ids in enumerate(token_lists):
-        if runs:
-            start, _, n = runs[-1]
-            head = token_lists[start]
-            k = next((j for j in range(min(n, len(ids) - 1)) if head[j] != ids[j]), min(n, len(ids) - 1))
-            if k >= min_len:
-                runs[-1] = (start, i + 1, k)
-                continue
-        runs.append((i, i + 1, len(ids) - 1))
-    return runs
-
-
-def _left_pad(lists, pad_id, device):
-    """Token lists -> (ids, mask) (n, L), left-padded."""
-    L = max(len(x) for x in lists)
-    ids = torch.tensor([[pad_id] * (L - len(x)) + x for x in lists], dtype=torch.long, device=device)  # (n, L)
-    mask = torch.tensor([[0] * (L - len(x)) + [1] * len(x) for x in lists], dtype=torch.long, device=device)
-    return ids, mask
-
-
-def prefill_shared(model, fwd, token_lists, runs, pad_id, device):
-    """Prefill each run's shared prefix once, copy its cache to the run's rows, then run every row's own suffix
-    after it. A row's cache then holds [its prefix, left-padded][its suffix, left-padded]: the pads in the middle are
-    masked and positions count real tokens, so each row attends to exactly its prompt (up to float rounding: the
-    shapes differ from one prefill of the whole prompts). Returns (next-token logits (n, V), that mask (n, Lp + Ls))."""
-    pre_ids, pre_mask = _left_pad([token_lists[a][:n] for a, _, n in runs], pad_id, device)  # (r, Lp)
-    prefill(model, fwd, pre_ids, pre_mask)
-    owner = torch.tensor([r for r, (a, b, _) in enumerate(runs) for _ in range(a, b)], device=device)  # (n,)
-    fwd.get("cache", fwd.get("past_key_values")).batch_select_indices(owner)  # (r, ...) -> (n, ...) rows
-    suf_ids, suf_mask = _left_pad([token_lists[i][n:] for a, b, n in runs for i in range(a, b)], pad_id, device)
-    mask = torch.cat([pre_mask[owner], suf_mask], 1)  # (n, Lp + Ls)
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)[:, pre_ids.shape[1]:]  # (n, Ls)
-    return _last_logits(model, fwd, suf_ids, mask, position_ids), mask
 
 
 def decode_one_token(model, fwd, token, attention_mask, position_ids):
@@ -332,19 +317,16 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
                     eos_ids, pad_id, stop, temperature, top_k, top_p, generator, progress=None, drop_at=DROP_AT):
     """The decode loop. From the first logits (B, V) run up to max_new_tokens steps; return (ids, mask), (B, T).
 
-    full_mask: the prompt mask followed by ones (see `_decode_mask`), or None when nothing is padded; step t
-    attends to its first P + t + 1 columns, a view, so nothing is concatenated per step.
+    full_mask (B, P + N): the prompt mask followed by ones, or None when nothing is padded; step t attends to its
+    first P + t + 1 columns, a view, so nothing is concatenated per step.
     Finished rows: once at least `drop_at` of the decode batch has finished (None: never), those rows leave it (KV
     cache, mask, positions, logits); the returned (B, T) still give them pad / mask 0, and `sample_token` still
-    draws their noise, so the tokens are exactly those of decoding every row. It is decided only where the loop
-    reads "finished" anyway (below), so it adds no host sync. On a GPU it is on too but unmeasured (none here): a
-    small batch's decode step is bound there by kernel launches, not rows, so expect little gain. Without it, as
-    in HF generate, finished rows keep receiving pad tokens (outputs thrown away: compute, never correctness).
+    draws their noise, so the tokens are exactly those of decoding every row. Without it, as in HF generate,
+    finished rows keep receiving pad tokens (outputs thrown away: compute, never correctness).
     Host syncs: on a GPU a decode step is bound by kernel launches, so the host must queue the next step while the
-    device runs this one; it never waits for a step it has not queued the successor of. Stop strings are matched on a
-    host copy of each step's tokens (one non-blocking copy, read once the next step is queued, still before that
-    step's token is drawn); without stop strings "all finished" is read every `_finished_check_every` steps, and
-    the extra steps of pads are cut off at the end (T = the steps in which some row was running).
+    device runs this one; it never waits for a step it has not queued the successor of. Each step's tokens are
+    copied to the host without blocking (`_to_host`) and read once the next step is queued: that host copy is the
+    one source of "which rows still run" (EOS, stop strings, all finished, which rows to drop).
     """
     B, device = logits.shape[0], logits.device
     cache = fwd.get("cache", fwd.get("past_key_values"))
@@ -353,16 +335,12 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)  # (B, N)
     finished = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
-    if stop:
-        # Longest stop string in characters; a token adds >= 1 character except for partial UTF-8 bytes,
-        # so 4 tokens per character (+ slack) always cover a stop string that ends in the newest token.
-        window = 4 * max(len(s) for s in stop) + 4
-        # Step-major, so each step's copy is one contiguous row; pinned, so the copy does not block the host.
-        host_ids = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, pin_memory=device.type == "cuda")
-        running = torch.ones(B, dtype=torch.bool)  # (B,) host mirror of ~finished
-        eos_host = eos_ids.cpu()
-        copied = torch.cuda.Event() if device.type == "cuda" else None
-    check_every = _finished_check_every(device)
+    # Step-major, so each step's copy is one contiguous row; pinned on CUDA, so the copy does not block the host.
+    host_ids = torch.full((max_new_tokens, B), pad_id, dtype=torch.long, pin_memory=device.type == "cuda")
+    running, eos_host = torch.ones(B, dtype=torch.bool), eos_ids.cpu()  # (B,) host mirror of ~finished, (E,)
+    # A token adds >= 1 character except for partial UTF-8 bytes, so 4 tokens per character of the longest stop
+    # string (+ slack) always cover a stop string that ends in the newest token.
+    window = 4 * max(map(len, stop), default=0) + 4
     for t in range(max_new_tokens):
         token = sample_token(logits, temperature, top_k, top_p, generator, rows_dev if len(rows) < B else None, B)
         if len(rows) < B:  # (b,) -> (B,): the dropped rows are finished, they get pad below
@@ -371,66 +349,51 @@ def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_promp
         # includes the EOS token itself. It is never recomputed from the pad id (pad == eos is common).
         alive = ~finished  # (B,)
         token = torch.where(alive, token, pad_id)  # (B,) finished rows only ever emit pad
-        ids[:, t] = token
-        mask[:, t] = alive
+        ids[:, t], mask[:, t] = token, alive
         finished |= torch.isin(token, eos_ids)
-        if stop:
-            host_ids[t].copy_(token, non_blocking=copied is not None)  # async only where an event tells when done
-            if copied is not None:
-                copied.record()
+        copied = _to_host(host_ids[t], token)
         if t + 1 == max_new_tokens:
             break
         if progress is not None and (t + 1) % 16 == 0:
             progress(t + 1, max_new_tokens)
-        step_mask = None if full_mask is None else full_mask[..., : n_prompt + t + 1]  # (b, P+t+1) or (b,1,1,P+t+1)
+        step_mask = None if full_mask is None else full_mask[:, : n_prompt + t + 1]  # (b, P+t+1)
         step_token = token if len(rows) == B else token[rows_dev]  # (b,)
         logits = decode_one_token(model, fwd, step_token, step_mask, positions)  # (b, V) queued, not waited for
         positions = positions + 1
-        if stop:
-            if copied is not None:
-                copied.synchronize()  # this step's tokens only; the forward just queued keeps the device busy
-            running &= ~torch.isin(host_ids[t], eos_host)
-            hit = _hit_stop(tokenizer, host_ids, running, t, window, stop)  # (B,) host
-            if hit.any():  # at most once per row: the only host-to-device write of the loop
-                running &= ~hit
-                finished |= hit.to(device, non_blocking=True)
-            if not running.any():
-                break
-        if (t + 1) % check_every:
-            continue
-        # Which decode rows still run: the stop strings' host mirror, else one read (a host sync, so not every step
-        # on a GPU). Dropping a row selects every tensor that has one row per decode row; the new logits included.
-        live = running[rows] if stop else (~finished[rows_dev]).cpu()  # (b,) host
+        if copied is not None:
+            copied.synchronize()  # this step's tokens only; the forward just queued keeps the device busy
+        running &= ~torch.isin(host_ids[t], eos_host)
+        hit = _hit_stop(tokenizer, host_ids, running, t, window, stop) if stop else None  # (B,) host
+        if hit is not None and hit.any():  # at most once per row: the only host-to-device write of the loop
+            running &= ~hit
+            finished |= hit.to(device, non_blocking=True)
+        live = running[rows]  # (b,) host
         if not live.any():
             break
+        # Dropping a row selects every tensor that has one row per decode row; the new logits included.
         if drop_at is not None and len(rows) - int(live.sum()) >= max(1, drop_at * len(rows)):
             keep, rows = live.nonzero()[:, 0], rows[live]  # (b',) positions in the old decode batch, (b',) rows
             keep, rows_dev = keep.to(device, non_blocking=True), rows.to(device, non_blocking=True)
             cache.batch_select_indices(keep)
             logits, positions = logits[keep], positions[keep]  # (b', V), (b',)
-            full_mask = None if full_mask is None else full_mask[keep]  # (b', P+N) or (b', 1, 1, P+N)
+            full_mask = None if full_mask is None else full_mask[keep]  # (b', P+N)
     T = int(mask.any(0).sum())  # a row runs in a prefix of the steps, so the steps with one running are a prefix
     return ids[:, :T], mask[:, :T]
 
 
-def _finished_check_every(device):
-    """Decode steps between two reads of "all rows finished": every step on a CPU, where a sync costs nothing and a
-    step a lot; 8 on an accelerator (up to 7 wasted steps at the end, against a stalled queue every step)."""
-    return 1 if device.type == "cpu" else 8
-
-
-def _decode_mask(model, prompt_mask, max_new_tokens):
-    """The attention mask of every decode step, built once: (B, P + N), or (B, 1, 1, P + N) bool for SDPA.
-
-    With SDPA and only full-attention layers the model gets the 4D boolean mask it would build itself (transformers
-    passes a prepared mask through): that skips about a tenth of a small model's decode step, bit-identically.
-    Eager (additive float mask), flash-attention and sliding-window layers get the plain 2D mask.
-    """
-    B = prompt_mask.shape[0]
-    mask2d = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)  # (B, P+N)
-    if grpo.prepared_mask_ok(model):
-        return mask2d.bool()[:, None, None, :]  # (B, 1, 1, P+N)
-    return mask2d
+def _to_host(dst, src):
+    """Copy device tensor `src` into host tensor `dst` (pinned on CUDA) without blocking the host. Returns the event
+    to wait on before reading dst, or None where the copy is already done (a CPU). The event is recorded on the
+    stream the copy ran on, the current stream of src's device: `Event.record()` without a stream records on the
+    current DEVICE's stream, which with --device cuda:1 outside torchrun is cuda:0's: it would not wait for the
+    copy, and the host could read the buffer's fill value (pad, often an EOS id: rows wrongly finished)."""
+    if src.device.type != "cuda":
+        dst.copy_(src)
+        return None
+    dst.copy_(src, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(src.device))
+    return done
 
 
 def _hit_stop(tokenizer, host_ids, running, t, window, stop):
@@ -464,7 +427,7 @@ def stop_token_ids(model, tokenizer):
 
 def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
            stop=None, generator=None, seed=None, eos_token_ids=None, keep_stop=False, progress=None,
-           drop_finished=True, share_prefixes=True):
+           drop_finished=True):
     """Sample `group_size` completions for each prompt. Returns `Samples` (B = len(prompts) * group_size).
 
     prompts: non-empty strings, already chat-formatted (`chat_prompt`). temperature 0 is greedy; top_k=0 and
@@ -477,8 +440,6 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
         plans from the text; the token ids and mask still include the tokens that spelled the stop string.
     progress: optional callable(tokens_so_far, max_new_tokens), called every 16 decode steps (a progress bar).
     drop_finished: drop finished rows from the decode batch (`decode_n_tokens`, DROP_AT); the same tokens either way.
-    share_prefixes: prefill the leading tokens that neighbouring prompts share once (`shared_prefix_runs`,
-        SHARE_MIN_TOKENS); the same tokens as without it up to float rounding (tested against HF generate).
     """
     if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError("sample() needs a non-empty list of non-empty prompt strings")
@@ -501,8 +462,6 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     # our choice: add_special_tokens=False because the chat template already writes every special token the model
     # expects (a tokenizer adding BOS again would double it).
     enc = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
-    # Each prompt's own tokens (no pads), for the shared heads.
-    lists = [ids[len(ids) - n:] for ids, n in zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(-1).tolist())]
     prompt_ids = enc["input_ids"].to(device)  # (n, P)
     prompt_mask = enc["attention_mask"].to(device)  # (n, P)
 
@@ -512,13 +471,8 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
     with torch.no_grad(), _eval_mode(model), grpo.adapters_in_base_dtype(model):
         cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
         fwd = _forward_kwargs(model, cache)
-        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV), and a head that
-        #    neighbouring prompts share once (cache_mask: the cache's layout, which then differs from prompt_mask)
-        runs = shared_prefix_runs(lists) if share_prefixes and min(map(len, lists)) > 1 else []
-        if 0 < len(runs) < len(prompts):
-            logits, cache_mask = prefill_shared(model, fwd, lists, runs, pad_id, device)  # (n, V), (n, Lp + Ls)
-        else:
-            logits, cache_mask = prefill(model, fwd, prompt_ids, prompt_mask), prompt_mask  # (n, V), (n, P)
+        # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
+        logits = prefill(model, fwd, prompt_ids, prompt_mask)  # (n, V)
         # 2) copy the cache and the logits to the G rows of each group (row i*G+g). The first token is then
         #    drawn from the (B, V) logits with an independent draw per row, not drawn once and broadcast,
         #    which would make every group start identically and shrink its reward variance.
@@ -527,12 +481,12 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
             logits = logits.repeat_interleave(G, dim=0)  # (B, V)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (B, P)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)  # (B, P)
-        cache_mask = cache_mask.repeat_interleave(G, dim=0)  # (B, C)
         # Like HF generate: without any padding the mask is dropped, so attention can use its causal fast path.
-        full_mask = None if bool(cache_mask.all()) else _decode_mask(model, cache_mask, max_new_tokens)
+        full_mask = None if bool(prompt_mask.all()) else torch.cat(
+            [prompt_mask, prompt_mask.new_ones(len(prompt_mask), max_new_tokens)], dim=1)  # (B, P+N)
         positions = prompt_mask.sum(-1)  # (B,) position of the first generated token
         # 3) decode
-        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, cache_mask.shape[1],
+        ids, mask = decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, prompt_mask.shape[1],
                                     max_new_tokens, eos_ids, pad_id, stop, temperature, top_k, top_p, generator,
                                     progress, drop_at=DROP_AT if drop_finished else None)
         del cache, fwd  # the KV cache is the largest rollout tensor; free it before the caller trains

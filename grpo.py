@@ -7,7 +7,8 @@ are saved and loaded in PEFT's file format. (2) Per-layer activation checkpointi
 logits), group-normalised advantages, the k3 KL, the clipped surrogate in DeepSeekMath's form. (4) Seven
 torch.distributed helpers for data parallel under torchrun.
 What it is not: a trainer (train.py glues problems, sampling, rewards, the optimizer, and scales each rank's loss by
-its share of rows so summed gradients equal one process's); no quantisation, no LoRA variants (DoRA, rsLoRA, biases).
+its share of rows so summed gradients equal one process's); no quantisation, no LoRA variants (DoRA, rsLoRA, biases);
+no merging for export (the saved adapter is PEFT's: `PeftModel.from_pretrained(base, dir).merge_and_unload()`).
 
 One step (B = prompts x G rows; ids = left-padded prompt of P columns + completion):
     add_lora(model, "coder"); enable_checkpointing(model); opt = AdamW(lora_parameters(model, "coder"))
@@ -59,7 +60,8 @@ class LoRALinear(nn.Module):
         self.lora_dropout = nn.ModuleDict()  # name -> nn.Dropout or nn.Identity
         self.r, self.lora_alpha, self.scaling = {}, {}, {}  # name -> hyper-parameter (for adapter_config.json)
         self.active = None
-        self.sampling = {}  # name -> (A, B * scaling) in the base dtype, inside `adapters_in_base_dtype` only
+        self.sampling = {}  # name -> (A, B * scaling) in the base dtype: buffers kept across entries, refilled in place
+        self.in_base_dtype = None  # inside `adapters_in_base_dtype`: the adapter whose copies are current
 
     def add_adapter(self, name, r, alpha, dropout, dtype=torch.float32):
         w = self.base_layer.weight  # (out, in)
@@ -76,7 +78,7 @@ class LoRALinear(nn.Module):
         name = self.active
         if name is None or name not in self.lora_A:
             return out
-        if name in self.sampling and not torch.is_grad_enabled():
+        if self.in_base_dtype == name and not torch.is_grad_enabled():
             # Sampling: two matmuls and an add, no casts and no scale (~6 kernels -> 3 per wrapped module and token).
             A, B = self.sampling[name]  # (r, in), (out, r) in the base dtype
             return out + F.linear(F.linear(x, A), B)  # (..., out)
@@ -115,7 +117,8 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
     r=16, alpha=32 (scaling 2): our choice, because it is a common LoRA setting for 0.5B-14B code models and the
     paper's values are unknown. dtype=float32: our choice, because LoRA updates at lr ~1e-5 vanish in bf16 (PEFT's
     autocast_adapter_dtype too). The first adapter added becomes active (like peft.get_peft_model); later ones do
-    not (like PeftModel.add_adapter): select them with `use_adapter`.
+    not (like PeftModel.add_adapter): select them with `use_adapter`. Under a process group (torchrun) every rank
+    must call it alike: the new adapter is broadcast from rank 0.
     """
     # Adapter names become keys of nn.ParameterDict: no dots, and not one of the dict's own attribute names.
     if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_]\w*", name, re.ASCII)) or hasattr(nn.ParameterDict, name):
@@ -143,6 +146,11 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
     for pname, p in model.named_parameters():  # only LoRA A/B matrices (of any adapter) are trainable
         p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
     _set_active(model, previous)  # every wrapper, old or new, agrees on the active adapter again
+    # Under torchrun each rank drew A from its own RNG: start every rank from rank 0's adapter (one collective per
+    # tensor, at set-up only), so the ranks train one model rather than agree by chance.
+    if rank_and_world()[1] > 1:
+        for p in lora_parameters(model, name):
+            dist.broadcast(p.data, src=0)
 
 
 def active_adapter(model):
@@ -174,6 +182,8 @@ def adapters_in_base_dtype(model):
     """Context for sampling: under torch.no_grad() each wrapper's active adapter runs in its base layer's dtype, with
     alpha / r folded into a copy of B (made on entry, so it is the adapter as it is now; dropped on exit). The base
     weights are never touched. Training and log-probs (grad, or outside the context) keep the float32 adapter.
+    The copies are buffers of the wrapper, allocated on the first entry and refilled in place on every later one
+    (stable storage; ~2 bytes per adapter parameter on a bf16 base, e.g. 17 MB for r=16 on the 0.5B).
 
     Tolerance: on a float32 base the only change is the rounding of B * scaling (none when alpha / r is a power of
     two, as the defaults 32 / 16). On a bf16 base the adapter's term carries bf16 rounding (A, B * scaling and the
@@ -184,13 +194,19 @@ def adapters_in_base_dtype(model):
     mods = [m for _, m in lora_modules(model) if m.active in m.lora_A]
     with torch.no_grad():
         for m in mods:
-            name, dtype = m.active, m.base_layer.weight.dtype
-            m.sampling = {name: (m.lora_A[name].to(dtype), (m.lora_B[name] * m.scaling[name]).to(dtype))}
+            name, w = m.active, m.base_layer.weight
+            A, B = m.lora_A[name], m.lora_B[name] * m.scaling[name]  # (r, in), (out, r)
+            if name not in m.sampling or m.sampling[name][0].shape != A.shape:  # first entry: allocate once
+                m.sampling[name] = (torch.empty_like(A, dtype=w.dtype), torch.empty_like(B, dtype=w.dtype))
+            # In place: the same storage on every entry (no allocation churn; a captured graph could read it).
+            m.sampling[name][0].copy_(A)
+            m.sampling[name][1].copy_(B)
+            m.in_base_dtype = name
     try:
         yield model
     finally:
         for m in mods:
-            m.sampling = {}
+            m.in_base_dtype = None
 
 
 def adapters_off(model):
@@ -202,26 +218,6 @@ def lora_parameters(model, name):
     """The trainable parameters of adapter `name` (A and B of every wrapped module), for its optimizer."""
     _known(model, name)
     return [p for _, m in lora_modules(model) if name in m.lora_A for p in (m.lora_A[name], m.lora_B[name])]
-
-
-@torch.no_grad()
-def merge_adapter(model, name):
-    """Fold adapter `name` into the base weights (W += B A * scaling) and remove it; a wrapper left without adapters
-    is replaced by its base layer, so with none left `model.save_pretrained` writes a plain HF model. For export only
-    (never automatic, not on eval()): afterwards the base, i.e. every other adapter's reference, includes it."""
-    _known(model, name)
-    active = active_adapter(model)
-    for full, m in lora_modules(model):
-        if name not in m.lora_A:
-            continue
-        w = m.base_layer.weight  # (out, in)
-        w += (m.lora_B[name].float() @ m.lora_A[name].float() * m.scaling[name]).to(w.dtype)  # (out, r) @ (r, in)
-        for store in (m.lora_A, m.lora_B, m.lora_dropout, m.r, m.lora_alpha, m.scaling):
-            del store[name]
-        if not m.lora_A:
-            parent_name, _, child_name = full.rpartition(".")
-            setattr(model.get_submodule(parent_name) if parent_name else model, child_name, m.base_layer)
-    _set_active(model, None if active == name else active)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -318,9 +314,9 @@ def _checkpointed_forward(self, *args, **kwargs):
     if not (self.training and torch.is_grad_enabled()):
         return inner(*args, **kwargs)
     # A KV cache would be written twice (forward, then the recompute): drop it as HF's own checkpointing does (both
-    # names: transformers 5 renamed past_key_values). Our _PromptKV never appends, so it may stay.
+    # names: transformers 5 renamed past_key_values).
     for key in ("cache", "past_key_values"):
-        if kwargs.get(key) is not None and not isinstance(kwargs[key], _PromptKV):
+        if kwargs.get(key) is not None:
             kwargs[key] = None
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
@@ -367,7 +363,7 @@ def enable_checkpointing(model, on=True):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 4. Token log-probabilities of completions: a chunked output layer, shared prompts, length buckets
+# 4. Token log-probabilities of completions: a chunked output layer
 
 
 class _ChunkedHeadLogprob(torch.autograd.Function):
@@ -418,103 +414,6 @@ class _ChunkedHeadLogprob(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None
 
 
-class _PromptKV:
-    """The `cache` the attention layers see in a shared-prompt pass (duck-typed: they call update(); transformers
-    5.0's model also asks get_seq_length() to number cache positions, which only its own mask building reads).
-
-    Pure: update() never appends, so a checkpointed layer's recompute sees what its forward saw (HF's DynamicCache
-    appends, hence checkpointing drops it). Capture mode (prefix=None, the prompt pass) records each layer's rotated
-    keys and values. Prefix mode (the completion pass) returns [K/V of this row's prompt ; the completion's own];
-    `rows` (B,) maps completion rows to prompts, and gradients flow back through the index into the prompt pass.
-    """
-
-    def __init__(self, prefix=None, rows=None):
-        self.kv = {} if prefix is None else prefix  # layer_idx -> (K, V), each (n, kv_heads, P, d)
-        self.rows = rows
-
-    def get_seq_length(self, layer_idx=0):
-        return 0 if self.rows is None else self.kv[layer_idx][0].shape[2]
-
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if self.rows is None:
-            self.kv[layer_idx] = (key_states, value_states)
-            return key_states, value_states
-        pk, pv = self.kv[layer_idx]  # (n, h, P, d)
-        return (torch.cat([pk[self.rows], key_states], dim=2),  # (B, h, P+T, d)
-                torch.cat([pv[self.rows], value_states], dim=2))
-
-
-def prepared_mask_ok(model):
-    """True when the model takes a prepared 4D boolean attention mask as is: transformers >= 5 (4.x read custom 4D
-    masks differently per model), SDPA attention, full-attention layers only (eager wants an additive float mask,
-    flash-attention the 2D one, sliding windows their own). For agents._decode_mask and shared prompts here."""
-    import transformers
-
-    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
-    return (int(transformers.__version__.split(".")[0]) >= 5
-            and getattr(model.config, "_attn_implementation", None) == "sdpa"
-            and all(t == "full_attention" for t in layer_types))
-
-
-def cache_keyword(model):
-    """The name `model.forward` takes its KV cache by: past_key_values in transformers 5.0-5.2x, cache later (the
-    old name is then deprecated). Passing the wrong one is silent: it lands in **kwargs and the cache is ignored."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _length_buckets(lengths, min_saving=0.15):
-    """Rows sorted by completion length, cut once where that saves the most padding, if it saves >= min_saving.
-
-    lengths (B,) -> list of index tensors. GRPO completions are ragged (a 40-token plan next to a 256-token one).
-    our choice: two buckets at most and a 15% threshold, because each bucket is one more forward over the whole
-    model (kernel launches on a GPU), so small savings are not worth it.
-    """
-    B, order = lengths.numel(), lengths.argsort()
-    s = lengths[order].tolist()
-    costs = [(k * s[k - 1] + (B - k) * s[-1], k) for k in range(1, B)]  # padded positions if cut before k
-    if costs and min(costs)[0] <= (1 - min_saving) * B * s[-1]:
-        k = min(costs)[1]
-        return [order[:k], order[k:]]
-    return [order]
-
-
-def _shared_prompt_hidden(body, ids, am, P, rows, n):
-    """Hidden states (B, T, H) that score the completion tokens, each of the n distinct prompts run ONCE.
-
-    A prompt pass over the n prompts records every layer's keys and values (_PromptKV); a completion pass over the
-    B rows attends to [its prompt's real tokens ; its completion up to itself], in at most two length buckets.
-    """
-    B, device = ids.shape[0], ids.device
-    # The first row holding each prompt.
-    first_row = torch.full((n,), B, dtype=torch.long, device=device).scatter_reduce(
-        0, rows, torch.arange(B, device=device), reduce="amin")  # (n,)
-    p_ids, p_am = ids[first_row, :P], am[first_row, :P].bool()  # (n, P)
-    p_pos = (p_am.long().cumsum(-1) - 1).clamp(min=0)  # (n, P)
-    causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()  # (P, P)
-    # Query i sees real keys j <= i. A left-pad query would see none (a fully masked row: NaN in some SDPA kernels,
-    # also in backward), so pads see themselves; their outputs are never read.
-    p_mask = (causal & p_am[:, None, :]) | torch.eye(P, dtype=torch.bool, device=device)  # (n, P, P)
-    capture, kw = _PromptKV(), cache_keyword(body)
-    p_hidden = body(input_ids=p_ids, attention_mask={"full_attention": p_mask[:, None]}, position_ids=p_pos,
-                    use_cache=False, **{kw: capture}).last_hidden_state  # (n, P, H)
-    prompt_len, completion_len = p_am.long().sum(-1), am[:, P:].sum(-1)  # (n,), (B,)
-    h = p_hidden.new_zeros(B, ids.shape[1] - P, p_hidden.shape[-1])  # (B, T, H); past a row's bucket: never scored
-    for bucket in _length_buckets(completion_len):
-        b, r = bucket.numel(), rows[bucket]  # r: each bucket row's prompt
-        Tb = max(1, int(completion_len[bucket].max()))
-        c_pos = prompt_len[r][:, None] + torch.arange(Tb, device=device)  # (b, Tb)
-        c_mask = torch.cat([p_am[r][:, None, :].expand(b, Tb, P),
-                            torch.ones(Tb, Tb, dtype=torch.bool, device=device).tril().expand(b, Tb, Tb)],
-                           dim=2)  # (b, Tb, P+Tb)
-        c_hidden = body(input_ids=ids[bucket, P:P + Tb], attention_mask={"full_attention": c_mask[:, None]},
-                        position_ids=c_pos, use_cache=False, **{kw: _PromptKV(capture.kv, r)}).last_hidden_state
-        # The last prompt position scores completion token 0; completion position t scores token t + 1.
-        h[bucket, :Tb] = torch.cat([p_hidden[r, -1][:, None], c_hidden[:, :-1]], dim=1)  # (b, Tb, H)
-    return h
-
-
 def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256, temperature=1.0):
     """log p(token) of every completion token given everything before it: (B, T) with T = L - completion_start.
 
@@ -523,9 +422,9 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
     shift a prompt; padding positions are not scored and hold 0. temperature: softmax(logits / T), the distribution
     the sampler drew from; policy, old and reference log-probs must all use it (as TRL and verl do), or tokens drawn
     at T != 1 bias the gradient.
-    Compute: all-padding columns are cut; rows with equal prompts (a GRPO group) run their prompt ONCE
-    (_shared_prompt_hidden; a planner group, G=8, ~250-token prompts, <=256-token plans, runs ~40% fewer
-    token-layers), except on models that need other mask formats (prepared_mask_ok). Memory: the output layer +
+    Compute: one forward of the decoder over the whole (B, L) batch; callers cut columns that are padding in every
+    row (train.micro_batches). (Removed: running a group's shared prompt once, in two length buckets: side by side
+    on the recipe's Planner micro-batch it did not pay on a CPU; see git history.) Memory: the output layer +
     log-softmax see at most `chunk` real completion tokens at a time. chunk=256: our choice: on the 0.5B model (152k
     vocabulary) its float32 buffer is 156 MB whatever the batch, where full logits of 8 x 512 tokens are 2.5 GB per
     copy (chunking took a LoRA step over 8 x 512 tokens from 15.5 GB to 9.4 GB, same gradient, DESIGN.md), and 256
@@ -533,39 +432,21 @@ def token_logprobs(model, input_ids, attention_mask, completion_start, chunk=256
     """
     if not temperature > 0:
         raise ValueError(f"token_logprobs needs temperature > 0, got {temperature}")
-    B, L = input_ids.shape
-    P = int(completion_start)
+    P, L = int(completion_start), input_ids.shape[1]
     if not 1 <= P <= L:
         raise ValueError(f"completion_start must be in [1, {L}] for input of length {L}, got {completion_start}")
     head = model.get_output_embeddings()
     if not isinstance(head, nn.Linear):
         raise ValueError(f"token_logprobs needs a plain nn.Linear output layer, got {type(head).__name__}")
-    valid_out = attention_mask[:, P:].bool()  # (B, L - P)
-    # Cut leading prompt pads shared by every row and trailing completion pads; keep >= 1 prompt column (it scores
-    # the first token). Positions come from the mask, so nothing else changes.
-    real = attention_mask.bool().any(0)  # (L,)
-    first = min(int(real[:P].long().argmax()) if bool(real[:P].any()) else P - 1, P - 1)
-    last = P + (int(real[P:].nonzero().max()) + 1 if bool(real[P:].any()) else 0)
-    ids, am = input_ids[:, first:last], attention_mask[:, first:last]  # (B, L')
-    P -= first
-    T = ids.shape[1] - P
-    n = B
-    if T > 0 and prepared_mask_ok(model):
-        prompt_key = torch.where(am[:, :P].bool(), ids[:, :P], -1)  # (B, P): equal rows = equal prompts
-        distinct, rows = torch.unique(prompt_key, dim=0, return_inverse=True)  # (n, P), (B,)
-        n = distinct.shape[0]
-    if n < B:
-        h = _shared_prompt_hidden(model.base_model, ids, am, P, rows, n)  # (B, T, H)
-    else:
-        position_ids = (am.long().cumsum(-1) - 1).clamp(min=0)  # (B, L')
-        hidden = model.base_model(input_ids=ids, attention_mask=am, position_ids=position_ids,
-                                  use_cache=False).last_hidden_state  # (B, L', H)
-        h = hidden[:, P - 1:P + T - 1]  # (B, T, H): position j predicts token j + 1
-    valid = valid_out[:, :T]  # (B, T)
-    lp = _ChunkedHeadLogprob.apply(h[valid], head.weight, head.bias, ids[:, P:][valid], max(1, int(chunk)),
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              use_cache=False).last_hidden_state  # (B, L, H)
+    valid = attention_mask[:, P:].bool()  # (B, T)
+    h = hidden[:, P - 1:L - 1][valid]  # (N, H): position j predicts token j + 1
+    lp = _ChunkedHeadLogprob.apply(h, head.weight, head.bias, input_ids[:, P:][valid], max(1, int(chunk)),
                                    float(temperature))  # (N,)
-    # Scatter back to (B, L - P); masked_scatter keeps the result connected to the graph even when N == 0.
-    return lp.new_zeros(valid_out.shape).masked_scatter(valid_out, lp)  # (B, L - P)
+    # Scatter back to (B, T); masked_scatter keeps the result connected to the graph even when N == 0.
+    return lp.new_zeros(valid.shape).masked_scatter(valid, lp)  # (B, T)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -672,15 +553,16 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
 def dist_setup(device=None):
     """(rank, world, device): joins torchrun's process group when WORLD_SIZE > 1, (0, 1, device) otherwise.
 
-    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun a bare "cuda" means
-    cuda:LOCAL_RANK (one GPU per rank). The backend follows that device, not torch.cuda.is_available(): nccl for a
+    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun any CUDA device
+    ("cuda", "cuda:0", ...) means cuda:LOCAL_RANK: one GPU per rank (pick the GPUs with CUDA_VISIBLE_DEVICES); an
+    explicit index kept as given would put every rank on one GPU, where nccl fails at the first collective. The backend follows that device, not torch.cuda.is_available(): nccl for a
     CUDA device (it has no CPU backend, so every tensor given to a collective must sit on the run's device), gloo
     for a CPU one (`--device cpu` on a CUDA machine)."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world <= 1:
         return 0, 1, device
-    if device == "cuda":
+    if torch.device(device).type == "cuda":
         device = f"cuda:{local}"
     if not dist.is_initialized():
         if torch.device(device).type == "cuda":

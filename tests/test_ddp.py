@@ -155,3 +155,27 @@ def test_evaluate_on_two_ranks_writes_what_one_process_writes(tiny_model_dir, to
             for k in ("wall_s", "cpu_ms", "peak_mb"):
                 row.pop(k, None)
     assert one == two
+
+
+RANK_ADDS_LORA = """
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, {root!r})
+import grpo
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://" + {store!r}, rank=rank, world_size=2)
+torch.manual_seed(rank)  # each rank its own RNG, as torchrun's ranks on their own GPUs
+model = torch.nn.ModuleDict({{"q_proj": torch.nn.Linear(8, 8)}})
+grpo.add_lora(model, "coder", r=2)
+torch.save([p.detach() for p in grpo.lora_parameters(model, "coder")], {out!r} + str(rank))
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_with_different_seeds_start_from_one_adapter(tmp_path):
+    # LoRA A is drawn from each rank's own RNG: without a broadcast the ranks agree only by chance.
+    code = RANK_ADDS_LORA.format(root=ROOT, store=str(tmp_path / "store"), out=str(tmp_path / "a"))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(r)], stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()[-2000:]
+    a0, a1 = (torch.load(tmp_path / f"a{r}") for r in (0, 1))
+    assert a0[0].abs().sum() > 0 and all(torch.equal(x, y) for x, y in zip(a0, a1))

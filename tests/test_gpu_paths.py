@@ -46,6 +46,13 @@ def test_dist_setup_puts_a_bare_cuda_device_on_the_local_rank(monkeypatch):
     assert grpo.dist_setup("cuda")[2] == "cuda:1"
 
 
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1"])
+def test_dist_setup_puts_an_explicit_cuda_device_on_the_local_rank(monkeypatch, device):
+    # --device cuda:0 kept as given put both ranks on one GPU: nccl fails at the first collective.
+    calls = torchrun_env(monkeypatch, rank=1)
+    assert grpo.dist_setup(device) == (1, 2, "cuda:1") and calls[0] == ("set_device", "cuda:1")
+
+
 def test_dist_setup_runs_a_cpu_run_on_gloo_even_where_cuda_is_visible(monkeypatch):
     calls = torchrun_env(monkeypatch)
     assert grpo.dist_setup("cpu") == (1, 2, "cpu")
@@ -128,15 +135,35 @@ def test_seconds_since_waits_for_the_cuda_device(monkeypatch):
     assert train.seconds_since(t0, torch.device("cuda:1")) >= 0 and synced == ["cuda:1"]
 
 
-def test_reading_all_finished_every_8_steps_samples_what_every_step_does(tiny_model_dir, monkeypatch):
-    # On a GPU "all rows finished" is read every 8 steps: the extra steps of pads must be cut off exactly.
+def test_token_copy_is_waited_for_on_the_sampling_device_s_stream(monkeypatch):
+    # Event.record() without a stream records on the CURRENT device's stream: with --device cuda:1 outside torchrun
+    # that is cuda:0's, which does not order the copy running on cuda:1; the host then read the pinned buffer's fill.
+    recorded, copies = [], []
+
+    class Event:
+        def record(self, stream=None):
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream of {device}")
+    dst = types.SimpleNamespace(copy_=lambda src, non_blocking=False: copies.append(non_blocking))
+    assert isinstance(agents._to_host(dst, types.SimpleNamespace(device=torch.device("cuda:1"))), Event)
+    assert copies == [True] and recorded == ["stream of cuda:1"]
+
+
+def test_the_decode_loop_reads_the_device_only_through_the_token_copy(tiny_model_dir, monkeypatch):
+    # "All rows finished" was a blocking .cpu() of the device's flags after the next forward was queued: on a GPU
+    # the host waited for that forward. Now every host read inside the loop is the step's non-blocking token copy.
     model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    in_loop, real_cpu, real_step = [], torch.Tensor.cpu, agents.decode_one_token
+
+    def cpu(t, *a, **kw):
+        assert not in_loop, "a blocking device-to-host read inside the decode loop"
+        return real_cpu(t, *a, **kw)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", cpu)
+    monkeypatch.setattr(agents, "decode_one_token", lambda *a: in_loop.append(1) or real_step(*a))
     prompts = [agents.chat_prompt(tok, "You write Python.", u) for u in ("hi", "Write a function to sort a list.")]
-    kw = dict(group_size=3, max_new_tokens=64, temperature=1.0, seed=0, eos_token_ids=list(range(3, 43)))
-    every = agents.sample(model, tok, prompts, **kw)
-    monkeypatch.setattr(agents, "_finished_check_every", lambda device: 8)
-    eighth = agents.sample(model, tok, prompts, **kw)
-    assert torch.equal(eighth.completion_ids, every.completion_ids)
-    assert torch.equal(eighth.completion_mask, every.completion_mask) and eighth.texts == every.texts
-    T = every.completion_ids.shape[1]
-    assert T < 64 and T % 8  # every row ended early, between two reads: the cut really happened
+    s = agents.sample(model, tok, prompts, group_size=3, max_new_tokens=32, temperature=1.0, seed=0,
+                      eos_token_ids=list(range(3, 203)))  # half the vocabulary ends a row
+    assert in_loop and s.completion_mask.shape[1] < 32  # the loop ran, and it stopped when every row had ended

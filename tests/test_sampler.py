@@ -95,48 +95,6 @@ def test_greedy_with_early_eos_equals_hf_generate(tiny):
     assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
 
 
-def shared_head_prompts(tok):
-    """Three prompts after one long statement (plans of different lengths, as the Planner stage's Coder gets), then
-    an unrelated one: two runs, one sharing a head of >= SHARE_MIN_TOKENS."""
-    head = "Write a function to find the shared elements of two lists, keeping their order. " * 3
-    users = [head + "Plan: " + plan for plan in ("use a set.", "1. Make a set of b. 2. Keep each x of a in it.", "")]
-    return [agents.chat_prompt(tok, "You write Python.", u) for u in users] + ragged_prompts(tok)[1:2]
-
-
-def test_shared_prefix_runs_group_neighbours_with_a_long_common_head():
-    a = list(range(100))
-    runs = agents.shared_prefix_runs([a + [1], a + [2, 3], a[:70] + [9], [5, 6], a], min_len=64)
-    assert runs == [(0, 3, 70), (3, 4, 1), (4, 5, 99)]  # the head stops where a prompt differs; one token kept
-    assert agents.shared_prefix_runs([a, a], min_len=64) == [(0, 2, 99)]  # identical prompts keep their last token
-    assert agents.shared_prefix_runs([a + [1], a[:10] + [2]], min_len=64) == [(0, 1, 100), (1, 2, 10)]
-
-
-def test_sampling_with_a_shared_head_equals_naive_recompute(tiny, monkeypatch):
-    model, tok = tiny
-    prompts = shared_head_prompts(tok)
-    calls, prefill_shared = [], agents.prefill_shared
-    monkeypatch.setattr(agents, "prefill_shared", lambda *a: calls.append(a[3]) or prefill_shared(*a))
-    eos = list(range(3, 43))
-    s = agents.sample(model, tok, prompts, group_size=2, max_new_tokens=16, temperature=1.0, seed=3,
-                      eos_token_ids=eos)
-    assert calls and calls[0][0][:2] == (0, 3) and calls[0][0][2] >= agents.SHARE_MIN_TOKENS  # the head was shared
-    ref_ids, ref_mask = naive_sample(model, tok, prompts, 2, 16, 1.0, 0, 1.0, 3, eos)
-    assert torch.equal(s.completion_ids, ref_ids) and torch.equal(s.completion_mask, ref_mask)
-    plain = agents.sample(model, tok, prompts, group_size=2, max_new_tokens=16, temperature=1.0, seed=3,
-                          eos_token_ids=eos, share_prefixes=False)
-    assert len(calls) == 1 and torch.equal(plain.completion_ids, s.completion_ids)
-    assert torch.equal(s.prompt_mask, plain.prompt_mask)  # callers still get the prompts left-padded
-
-
-def test_greedy_with_a_shared_head_equals_hf_generate(tiny):
-    model, tok = tiny
-    prompts = shared_head_prompts(tok)
-    ours = agents.sample(model, tok, prompts, max_new_tokens=20, temperature=0)
-    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
-    ref = model.generate(**enc, do_sample=False, max_new_tokens=20, pad_token_id=tok.pad_token_id)
-    assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
-
-
 # ----------------------------------------------------------------------------------------- group sampling
 
 def test_first_tokens_after_shared_prefill_are_independent(tiny):
@@ -279,16 +237,12 @@ def same_samples(a, b):
             and a.texts == b.texts and a.cut == b.cut)
 
 
-@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded", "2D mask", "every 8 steps"])
+@pytest.mark.parametrize("case", ["one generator", "a generator per prompt", "unpadded"])
 def test_dropping_finished_rows_samples_the_same_tokens(tiny, monkeypatch, case):
     # Rows leave the decode batch as they end (EOS is 10% of the vocabulary), yet each row keeps its own draws.
     model, tok = tiny
     prompts = ragged_prompts(tok)[1:2] if case == "unpadded" else ragged_prompts(tok)  # one prompt: no mask at all
     G = 6 if case == "unpadded" else 3
-    if case == "2D mask":  # the plain (B, P+N) mask instead of the prepared 4D one
-        monkeypatch.setattr(agents.grpo, "prepared_mask_ok", lambda model: False)
-    if case == "every 8 steps":  # a GPU's cadence: rows are dropped only where "finished" is read
-        monkeypatch.setattr(agents, "_finished_check_every", lambda device: 8)
     gens = lambda: ([torch.Generator().manual_seed(i) for i in range(len(prompts))]  # noqa: E731
                     if case == "a generator per prompt" else torch.Generator().manual_seed(7))
     kw = dict(group_size=G, max_new_tokens=40, temperature=1.0, eos_token_ids=list(range(3, 43)))
@@ -406,3 +360,63 @@ def test_real_model_greedy_equals_hf_generate():
     enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
     ref = model.generate(**enc, do_sample=False, max_new_tokens=48)
     assert torch.equal(ours.completion_ids, ref[:, enc["input_ids"].shape[1]:])
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+def test_sampling_with_a_frozen_head_never_copies_the_output_layer(tiny_model_dir):
+    # The ~20 GB evaluation peak: with a LoRA adapter loaded the base is frozen, and the model's own logits_to_keep
+    # path ran the head as a batched matmul over an (n, H, V) expanded view of its weight, which bmm copies in bf16 (one
+    # copy per prompt; the copy itself happens inside the kernel). The bound: no tensor or view made while sampling is
+    # larger than the head's weight (these prompts' activations and KV cache are far below it).
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import grpo
+
+    model, tok = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")
+    grpo.add_lora(model, "coder")  # freezes every base weight, the head included
+    largest = []
+
+    class Largest(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            largest.extend(t.numel() for t in (out if isinstance(out, (tuple, list)) else [out])
+                           if isinstance(t, torch.Tensor))
+            return out
+
+    prompts = [agents.chat_prompt(tok, "You write Python.", u) for u in ("hi", "sort a list", "add", "min")]
+    with Largest():
+        agents.sample(model, tok, prompts, group_size=2, max_new_tokens=4, temperature=1.0, seed=0)
+    assert max(largest) <= model.get_output_embeddings().weight.numel()
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+def test_packed_gqa_decode_step_equals_sdpa_over_repeated_kv_heads():
+    # What transformers <= 5.17 ran for a padded decode step (K/V repeated per query head), against ours (no copy).
+    import types
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=g) for shape in [(3, 4, 1, 8), (3, 2, 10, 8), (3, 2, 10, 8)])
+    mask = torch.arange(10)[None, None, None, :] >= torch.tensor([0, 3, 6])[:, None, None, None]  # (3, 1, 1, 10)
+    ours, _ = agents._sdpa_packed_gqa(types.SimpleNamespace(num_key_value_groups=2, is_causal=True), q, k, v, mask,
+                                      scaling=0.3)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           attn_mask=mask, scale=0.3).transpose(1, 2)  # (3, 1, 4, 8)
+    assert ours.shape == ref.shape and torch.allclose(ours, ref, atol=1e-6)
+
+
+def test_loaded_models_sample_what_transformers_sdpa_samples(tiny):
+    # load_model switches the model to PACKED_SDPA; the tokens sampled (T = 1, one seed) equal stock SDPA's on a
+    # padded batch (the packed path is the one that runs there: GQA, one query per row, a mask).
+    model, tok = tiny
+    prompts = ragged_prompts(tok)
+    kw = dict(group_size=2, max_new_tokens=12, temperature=1.0, seed=3, eos_token_ids=())
+    assert model.config._attn_implementation == agents.PACKED_SDPA
+    packed = agents.sample(model, tok, prompts, **kw)
+    model.set_attn_implementation("sdpa")
+    try:
+        stock = agents.sample(model, tok, prompts, **kw)
+    finally:
+        model.set_attn_implementation(agents.PACKED_SDPA)
+    assert torch.equal(packed.completion_ids, stock.completion_ids)

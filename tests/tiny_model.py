@@ -97,15 +97,32 @@ def build_random_like(src, path, seed=0):
     return str(path)
 
 
+def copy_arch_files(src, path):
+    """Copy a model directory's small files (config.json, tokenizer, chat template, generation config) to `path`,
+    without its weights: what build_random_like needs, small enough to carry with a checkout (.ci/gpu)."""
+    import shutil
+
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(src):
+        if not name.startswith(".") and ".safetensors" not in name and not name.endswith((".bin", ".pt", ".gguf")):
+            shutil.copy(os.path.join(src, name), path)
+    return str(path)
+
+
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Build a random model directory: the tiny test model, or (--like "
-                                     "DIR) one with a real model's architecture and tokenizer, for timing only.")
+                                     "DIR) one with a real model's architecture and tokenizer, for timing only; or "
+                                     "(--arch-files DIR) copy DIR's config and tokenizer files.")
     parser.add_argument("out", nargs="?", default="/tmp/tiny-qwen2")
     parser.add_argument("--like", metavar="DIR", help="a model dir (config.json + tokenizer files; weights unused)")
+    parser.add_argument("--arch-files", metavar="DIR", help="only copy DIR's config and tokenizer files to OUT")
     a = parser.parse_args()
-    print(build_random_like(a.like, a.out) if a.like else build_tiny_model(a.out))
+    if a.arch_files:
+        print(copy_arch_files(a.arch_files, a.out))
+    else:
+        print(build_random_like(a.like, a.out) if a.like else build_tiny_model(a.out))
 
 
 # ---------------------------------------------------------------------------------------------- real models

@@ -12,9 +12,9 @@ model is set by from_pretrained, before any step, so it mostly compares imports 
 allocated device memory during the steps. RESULT's peak_mem_vs_trl is the step peak (weights included: the same
 fp32 model is resident in both, so this ratio cannot go far below 1 when the batch is small); step_extra_mem_vs_trl
 compares what the steps add above the memory at setup; maxrss_vs_trl compares ru_maxrss.
-Where the time goes on our side: grpo.token_logprobs runs each group's shared prompt through the decoder once (TRL
-runs it G times) and never builds (B, T, V) logits; at the default shape that is most of the difference. A small
-shape (`--group-size 4 --prompt-len 32 --completion-len 64`) leaves less to share and shows a smaller ratio.
+Where the time goes on our side: grpo.token_logprobs never builds (B, T, V) logits (the output layer and the
+log-softmax run in chunks of the head). (It also ran each group's shared prompt once; that path was removed: on the
+recipe's Planner micro-batch it was not faster than the plain forward on a CPU. Figures measured with it are older.)
 
 What it is not: a measure of sampling speed, or of training quality. `--baselines peft_hf` adds a third column: a
 straightforward PEFT + HF step (full logits, PEFT LoRA, HF gradient_checkpointing_enable), the fallback when TRL

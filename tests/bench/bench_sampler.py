@@ -22,26 +22,25 @@ Each call runs without and with dropping, alternating, best of --drop-rounds, sa
 texts must be identical. Printed per call: wall and CPU time of both sides, their ratio (old / new: > 1 = faster),
 the prefill's share of the old side's time, and the share of row-steps in which the row had already finished
 (the work dropping can save). Not a measure of the rollout's other phases (parsing, running programs).
-Part 4, shared heads (agents.sample's share_prefixes, on the 0.5B only): the same rollout's plans, sampled once, then
-the Coder call without and with the heads its prompts share prefilled once (the G plans of a problem follow the
-same system prompt and statement), dropping on in both: first the prefill alone (one new token, best of
---drop-rounds), then the whole call once per side, whose greedy texts must match (not bit-exact by construction: the
-heads are computed in another batch shape).
+Part 4, decode attention (agents.PACKED_SDPA, no model needed): one layer's attention of one padded decode step at
+the 0.5B's head layout (14 query heads, 2 KV heads, d = 64, bf16), --attn-batch rows x --attn-len cached tokens:
+transformers <= 5.17's path (K/V repeated to every query head, then SDPA) against ours (a KV head's query heads as
+its rows), alternating, best of 5; outputs must agree. (Removed: part 4 measured the shared-head prefill, ~4% of a
+recipe step, taken out of agents.py; see git history.)
 
 What it is not. Not a throughput study across batch sizes, not a measure of prefix caching or serving engines.
-Where our speed comes from: the shared prefill (HF prefills every one of the G copies of a prompt), and less
+Where our speed comes from: one prefill per prompt (HF prefills every one of the G copies of a prompt), and less
 Python per step; the model forward itself is the same HF code in both, so at batch-1-like compute-bound settings
 (greedy on the 0.5B) expect a ratio near 1.
 
 Run:   .venv/bin/python tests/bench/bench_sampler.py            (tiny + the 0.5B if present; CPU or CUDA;
        the speed part uses 1 CPU thread by default, see --threads)
        .venv/bin/python tests/bench/bench_sampler.py --parts drop      (Part 3 alone: ~10-40 min on 2 shared cores)
-       .venv/bin/python tests/bench/bench_sampler.py --parts share     (Part 4 alone: ~12 min on 2 quiet cores)
+       .venv/bin/python tests/bench/bench_sampler.py --parts attn      (Part 4 alone: seconds)
 Ends with: RESULT sampler_vs_hf_tiny=<ours/HF tokens/s> sampler_vs_hf_0p5b=<...> greedy_identical=<true|false>
            ckpt_mem_ratio=<step peak with checkpointing / without> drop_finished_speedup_plan=<old/new wall>
-           drop_finished_speedup_code=<...> drop_finished_identical=<true|false> share_prefill_speedup=<old/new
-           wall, prefill + 1 token> share_speedup_code=<old/new wall, the whole Coder call>
-           share_identical=<true|false>   ("na": part not run)
+           drop_finished_speedup_code=<...> drop_finished_identical=<true|false>
+           decode_attn_repeat_over_packed=<one layer's decode attention, old/new time>   ("na": part not run)
 """
 import argparse
 import json
@@ -93,8 +92,10 @@ parser.add_argument("--drop-plan-new", type=int, default=128, help="plan budget 
 parser.add_argument("--drop-code-new", type=int, default=256, help="program budget (the recipe's)")
 parser.add_argument("--drop-rounds", type=int, default=2)
 parser.add_argument("--drop-threads", type=int, default=2, help="torch CPU threads for part 3 (the trainer's)")
-parser.add_argument("--parts", default="speed,mem,drop,share",
-                    help="comma-separated parts to run: speed, mem, drop, share")
+parser.add_argument("--parts", default="speed,mem,drop,attn",
+                    help="comma-separated parts to run: speed, mem, drop, attn")
+parser.add_argument("--attn-batch", type=int, default=64, help="part 4: decode rows")
+parser.add_argument("--attn-len", type=int, default=1024, help="part 4: cached tokens per row")
 parser.add_argument("--mem-child", default=None, help=argparse.SUPPRESS)  # internal: "0" / "1" = checkpointing
 parser.add_argument("--mem-path", default=None, help=argparse.SUPPRESS)
 args = parser.parse_args()
@@ -162,12 +163,14 @@ def mem_child(path, ckpt):
     logp = grpo.token_logprobs(model, ids, am, P)  # (B, L-P)
     (-logp.mean()).backward()
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else _status_bytes("VmHWM")
-    print(json.dumps({"peak": peak, "setup": setup, "seconds": time.perf_counter() - t0}))
+    # The shape it ran, echoed: the parent prints and checks this, not its own arguments.
+    print(json.dumps({"peak": peak, "setup": setup, "seconds": time.perf_counter() - t0, "batch": B, "seq": L}))
 
 
 def run_mem_child(path, ckpt):
     """Run one child to completion; return its JSON (step peak) plus its whole-life ru_maxrss from os.wait4."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--mem-child", str(int(ckpt)), "--mem-path", path]
+    cmd = [sys.executable, os.path.abspath(__file__), "--mem-child", str(int(ckpt)), "--mem-path", path,
+           "--mem-batch", str(args.mem_batch), "--mem-seq", str(args.mem_seq)]
     if args.device:
         cmd += ["--device", args.device]
     # glibc's malloc raises its mmap threshold as large blocks are freed, after which freed tensors stay in the
@@ -185,6 +188,10 @@ def run_mem_child(path, ckpt):
     if proc.returncode != 0:
         raise RuntimeError(f"memory child (checkpointing={ckpt}) exited {proc.returncode}: {tail}")
     result = json.loads(out.strip().splitlines()[-1])
+    print(f"memory child: {json.dumps(result)}", flush=True)
+    if (result["batch"], result["seq"]) != (args.mem_batch, args.mem_seq):
+        raise RuntimeError(f"memory child ran {result['batch']} x {result['seq']} tokens, asked for "
+                           f"{args.mem_batch} x {args.mem_seq}")
     result["maxrss"] = usage.ru_maxrss * 1024  # Linux reports KiB
     return result
 
@@ -351,7 +358,7 @@ def old_vs_new(label, call, device, rounds):
 
 
 def rollout_setup(path, device, what):
-    """Parts 3 and 4: the model, --drop-problems MBPP train problems and G, as train.py's rollout sees them."""
+    """Part 3: the model, --drop-problems MBPP train problems and G, as train.py's rollout sees them."""
     import torch
 
     import agents
@@ -401,29 +408,41 @@ def drop_finished(path, device):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Part 4: shared heads
+# Part 4: decode attention, the KV cache repeated per query head (transformers <= 5.17) vs ours
 
-def share_heads(path, device):
+def decode_attention(device):
+    import torch
+    import torch.nn.functional as F
+
     import agents
 
-    model, tok, problems, n, G = rollout_setup(path, device, "shared heads")
-    planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
-    plans = agents.sample(model, tok, [agents.planner_prompt(tok, p) for p in problems], group_size=G,
-                          max_new_tokens=args.drop_plan_new, temperature=1.0, stop=planner["stop"],
-                          generator=gens(n, device))
-    prompts = coder_prompts(tok, problems, G, plans.texts)
-    lists = tok(prompts, add_special_tokens=False)["input_ids"]
-    shared = sum(k * (b - a - 1) for a, b, k in agents.shared_prefix_runs(lists) if b - a > 1)
-    print(f"shared heads: {sum(map(len, lists))} Coder prompt tokens, {shared} of them prefilled once instead of "
-          f"per row", flush=True)
-    prefill_ratio, _, _ = old_vs_new("coder prefill + 1 token, heads not shared (old) vs shared (new)", lambda share: (
-        agents.sample(model, tok, prompts, max_new_tokens=1, temperature=0.0, share_prefixes=share)),
-        device, args.drop_rounds)
-    code_ratio, same, _ = old_vs_new("coder, heads not shared (old) vs shared (new)", lambda share: (
-        agents.sample(model, tok, prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
-                      share_prefixes=share)), device, 1)
-    del model
-    return prefill_ratio, code_ratio, same
+    g = torch.Generator(device=device).manual_seed(0)
+    B, H, KV, L, d = args.attn_batch, 14, 2, args.attn_len, 64  # Qwen2.5-0.5B's head layout
+    q = torch.randn(B, H, 1, d, generator=g, device=device, dtype=torch.bfloat16)  # (B, H, 1, d)
+    k, v = (torch.randn(B, KV, L, d, generator=g, device=device, dtype=torch.bfloat16) for _ in "kv")  # (B, KV, L, d)
+    mask = torch.arange(L, device=device)[None, None, None, :] >= torch.randint(0, L // 4, (B, 1, 1, 1), device=device)
+    layer = type("Layer", (), {"num_key_value_groups": H // KV, "is_causal": True})()
+
+    def repeat():  # transformers <= 5.17 with a mask: K/V repeated to every query head, then SDPA
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1),
+                                              attn_mask=mask).transpose(1, 2)  # (B, 1, H, d)
+
+    def packed():
+        return agents._sdpa_packed_gqa(layer, q, k, v, mask)[0]  # (B, 1, H, d)
+
+    same = torch.allclose(repeat().float(), packed().float(), atol=2e-2)
+    best = {}
+    for _ in range(5):
+        for f in (repeat, packed):
+            sync(device)
+            t0 = time.perf_counter()
+            f()
+            sync(device)
+            best[f.__name__] = min(best.get(f.__name__, float("inf")), time.perf_counter() - t0)
+    ratio = best["repeat"] / best["packed"]
+    print(f"decode attention, one layer, B={B} L={L} bf16: repeated K/V {best['repeat'] * 1e3:.1f} ms, packed "
+          f"{best['packed'] * 1e3:.1f} ms: x{ratio:.2f}; same output: {same}", flush=True)
+    return ratio
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -464,7 +483,7 @@ def run(tmp, device):
         runs = {}
         for ckpt in (False, True):
             r = runs[ckpt] = run_mem_child(mem_path, ckpt)
-            print(f"LoRA step on {os.path.basename(mem_path.rstrip('/'))} B={args.mem_batch} L={args.mem_seq} "
+            print(f"LoRA step on {os.path.basename(mem_path.rstrip('/'))} B={r['batch']} L={r['seq']} "
                   f"checkpointing={'on ' if ckpt else 'off'}: step peak {r['peak'] / 2**20:6.0f} MiB "
                   f"(= {r['setup'] / 2**20:.0f} resident before the step + {(r['peak'] - r['setup']) / 2**20:.0f}), "
                   f"process ru_maxrss {r['maxrss'] / 2**20:6.0f} MiB, {r['seconds']:.1f} s", flush=True)
@@ -485,15 +504,14 @@ def run(tmp, device):
         print(f"0.5B model skipped: {REAL_WHERE if args.real_model is None else f'{args.real_model} not found'}")
 
     # Part 3
-    drop, share = ["na"] * 3, ["na"] * 3
+    drop, attn = ["na"] * 3, "na"
     if "drop" in parts and real:
         drop = [f"{x:.3f}" if isinstance(x, float) else str(x).lower() for x in drop_finished(real, device)]
-    if "share" in parts and real:
-        share = [f"{x:.3f}" if isinstance(x, float) else str(x).lower() for x in share_heads(real, device)]
+    if "attn" in parts:
+        attn = f"{decode_attention(device):.3f}"
     print(f"RESULT sampler_vs_hf_tiny={tiny_ratio} sampler_vs_hf_0p5b={real_ratio} greedy_identical={identical} "
           f"ckpt_mem_ratio={ckpt_ratio} drop_finished_speedup_plan={drop[0]} drop_finished_speedup_code={drop[1]} "
-          f"drop_finished_identical={drop[2]} share_prefill_speedup={share[0]} share_speedup_code={share[1]} "
-          f"share_identical={share[2]}")
+          f"drop_finished_identical={drop[2]} decode_attn_repeat_over_packed={attn}")
 
 
 if __name__ == "__main__":
