@@ -28,7 +28,6 @@ Usage:
       # rows planner-coder[planner+coder], [planner] (w/o Coder RL), [coder] (w/o Planner RL), [base]
 """
 import argparse
-import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -228,6 +227,8 @@ def settings_of(args, keys) -> dict:
     s = {k: getattr(args, k) for k in keys if k != "adapters"}
     s.update({f"{r}_adapter": args.adapters.get(r) for r in ADAPTER_ROLES})
     s.update({f"{r}_adapter_digest": digest(d) for r, d in args.adapters.items() if d})
+    if getattr(args, "plans_from", None) and os.path.isfile(args.plans_from):
+        s["plans_digest"] = digest(args.plans_from)  # given-plan's results come from these plans
     for k, v in s.items():
         if k in ("data", "model", "planner_model") or k.endswith("_adapter"):
             s[k] = os.path.abspath(v) if v and os.path.exists(v) else v
@@ -299,7 +300,11 @@ def open_pool(args, need_cpu=False, need_memory=False):
     --allow-unisolated, a time or memory reward term it cannot count in full unless --allow-uncounted (one line
     saying what is missing and how to get it). The benchmark's file is hidden from every run (the project and the
     installed packages always are): a program that reads it could run the reference solution."""
-    pool = sandbox.SandboxPool(args.workers, protect=[data.resolve_path(args.bench, args.data)])
+    try:
+        protect = [data.resolve_path(args.bench, args.data)]
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    pool = sandbox.SandboxPool(args.workers, protect=protect)
     why = sandbox.refusal(pool.mode, need_cpu=need_cpu, need_memory=need_memory,
                           allow_unisolated=args.allow_unisolated,
                           allow_uncounted=getattr(args, "allow_uncounted", False))
@@ -699,14 +704,10 @@ def load_given_plans(path: str, problems: list, n: int) -> dict:
     if not any(plan for pairs in by_id.values() for plan, _ in pairs):
         raise UsageError(f"--plans-from {path}: its samples carry no plans (a row of a method that writes one, "
                          "e.g. planner-coder-plain)")
-    missing = [p.id for p in problems if p.id not in by_id]
-    if missing:
-        raise UsageError(f"--plans-from {path}: no plans for {len(missing)} of the {len(problems)} problems (first: "
-                         f"{', '.join(map(str, missing[:3]))}); evaluate the same split and --limit as that run")
-    wrong = [p.id for p in problems if len(by_id[p.id]) != n]
+    wrong = [p.id for p in problems if len(by_id.get(p.id, [])) != n]
     if wrong:
-        raise UsageError(f"--plans-from {path}: problem {wrong[0]} has {len(by_id[wrong[0]])} plans, this run "
-                         f"asks for n = {n}; pass the -n of that run")
+        raise UsageError(f"--plans-from {path}: problem {wrong[0]} has {len(by_id.get(wrong[0], []))} plans, this "
+                         f"run asks for n = {n} (evaluate the same split, --limit and -n as that run)")
     return {p.id: by_id[p.id] for p in problems}
 
 
@@ -738,21 +739,7 @@ def check_inputs(args) -> tuple:
     if "other-plan" in args.method and len(problems) < 2:
         raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise --limit)")
     given = load_given_plans(args.plans_from, problems, args.n) if "given-plan" in args.method else None
-    # A resumed given-plan row must come from the same plans: each sample stores the plan it was coded from.
-    for r in read_records(os.path.join(out_dir, "given-plan.jsonl")) if given else []:
-        if r["id"] in given and [s.get("plan", "") for s in r["samples"]] != [plan for plan, _ in given[r["id"]]]:
-            raise UsageError(f"{out_dir}/given-plan.jsonl holds results for other plans (problem {r['id']}) than "
-                             "--plans-from gives; pass a different --out or delete that file")
     return out_dir, problems, given
-
-
-def previous_mode(out_dir):
-    """The sandbox mode of the run that made an out dir's results (summary.json), when this run executes nothing."""
-    path = os.path.join(out_dir, "summary.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f).get("sandbox")
 
 
 def write_summary(out_dir, problems, args, mode) -> str:
@@ -790,9 +777,8 @@ def evaluate(args) -> str:
         todo[name] = [(i, p) for i, p in enumerate(problems) if p.id not in done]
         if len(todo[name]) < len(problems):
             say(f"{name}: skipped {len(problems) - len(todo[name])} done problems, {len(todo[name])} to go")
-    with open_pool(args) if any(todo.values()) else contextlib.nullcontext() as pool:
-        mode = pool.mode if pool else previous_mode(out_dir)
-        say(sandbox.mode_line(mode) if mode else "sandbox: not started (nothing left to run)")
+    with open_pool(args) as pool:  # started even with nothing left to run: the summary records its mode
+        say(sandbox.mode_line(pool.mode))
         # The model, only when there is generation left to do; nothing is written to the out dir before it loads,
         # so a mistyped --model cannot leave a settings.json behind that blocks the rerun.
         team = load_team(args, pool) if any(todo.values()) else None
@@ -812,7 +798,7 @@ def evaluate(args) -> str:
             row_team = dataclasses.replace(team, adapters=team.adapters - off) if team else None
             evaluate_row(row_team, name, method, todo[name], problems, args, os.path.join(out_dir, f"{name}.jsonl"),
                          given)
-    return write_summary(out_dir, problems, args, mode) if rank == 0 else None
+        return write_summary(out_dir, problems, args, pool.mode) if rank == 0 else None
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,6 @@ References: DeepSeekMath (GRPO, arXiv:2402.03300); CoRe-Code (the paper this rep
 nanochat for the script style.
 """
 import argparse
-import copy
 import dataclasses
 import json
 import os
@@ -170,8 +169,7 @@ def grpo_flags(p):
                         "tokens). our choice of default: skeleton, what the first runs used (default: skeleton)")
     p.add_argument("--beta", type=at_least(0.0, float), default=0.04, help="KL coefficient (DeepSeekMath: 0.04)")
     p.add_argument("--clip-eps", type=at_least(0.0, float), default=0.2,
-                   help="PPO clip range (inert with --ppo-epochs 1: the ratio is then exactly 1)")
-    p.add_argument("--ppo-epochs", type=at_least(1), default=1, help="optimisation passes over each batch")
+                   help="PPO clip range (inert: one optimisation pass per batch makes the ratio exactly 1; see learn)")
     p.add_argument("--format-gate", action=argparse.BooleanOptionalAction, default=True,
                    help="stage planner: a plan that is malformed, copies format placeholders, repeats a part, has "
                         "one-word steps, copies the statement or is content-free (agents.plan_check) gets "
@@ -292,7 +290,7 @@ def rollout(run, problems, generators, show=lambda text: None):
     probs, ctxs, _ = agents.run_chain(run.team, chain[:at], problems, [dict(start) for _ in problems],
                                       list(generators), show=show)
     if stage.get("needs_public_failure"):
-        verdicts = agents.check_public(probs, [c.get("program", "") for c in ctxs], run.pool)
+        verdicts = agents.check_public(probs, [c.get("program", "") for c in ctxs], run.team.pool)
         keep = [i for i, (ok, _) in enumerate(verdicts) if not ok]
         if not keep:
             return None, [], [], []
@@ -558,10 +556,6 @@ class State:
     bar: object = None           # the progress bar (disabled off a terminal and on ranks other than 0)
 
     @property
-    def pool(self):
-        return self.team.pool
-
-    @property
     def lead(self):
         return self.rank == 0    # the one rank that prints, writes metrics and checkpoints
 
@@ -689,7 +683,7 @@ def header(run):
             + (f" | Planner: {args.planner_model}" if args.planner_model else "")
             + (f" | frozen adapters: {', '.join(frozen)}" if frozen else "")
             + (f" | starting from {run.role}={args.adapters[run.role]}" if args.adapters.get(run.role) else "")
-            + "\n" + sandbox.mode_line(run.pool.mode)
+            + "\n" + sandbox.mode_line(run.team.pool.mode)
             + ("\nreward: pass rate, then CPU time against the group's median all-passing program "
                "(time_rank_frac logs how often it reorders a group)" if reward == "planner" else
                "\nreward: pass rate, then peak memory above the group's lowest; differences under the 1 MiB noise "
@@ -791,9 +785,9 @@ def rollout_and_score(run, batch, generators):
     results = [None] * len(leaves)
     if stage["reward"] != "toy" and leaves:
         show(run, f"executing {len(leaves)} programs")
-        results = run.pool.run([agents.problem_job(p, c.get("program", ""), p.hidden_tests, repeat=args.timing_repeats,
-                                                   stop_on_failure=args.stop_on_failure)
-                                for p, c in zip(leaf_probs, leaves)])
+        jobs = [agents.problem_job(p, c.get("program", ""), p.hidden_tests, repeat=args.timing_repeats,
+                                   stop_on_failure=args.stop_on_failure) for p, c in zip(leaf_probs, leaves)]
+        results = run.team.pool.run(jobs)
     times["t_execute"] = time.time() - t0
     # ---- 3 reward, one group (G outputs of the trained role, each with M downstream leaves) per problem that
     # reached the trained role (all of the batch, except in needs_public_failure stages)
@@ -833,9 +827,9 @@ def blind_pass_rates(run, problems, plans):
     group's advantages come from what the plans say."""
     _, leaves, _ = agents.run_chain(run.team, (("coder", 1, 0.0),), [agents.blind_problem(p) for p in problems],
                                     [{"plan": plan} for plan in plans])
-    results = run.pool.run([agents.problem_job(p, c["program"], p.hidden_tests,
-                                               stop_on_failure=run.args.stop_on_failure)
-                            for p, c in zip(problems, leaves)])
+    results = run.team.pool.run([agents.problem_job(p, c["program"], p.hidden_tests,
+                                                    stop_on_failure=run.args.stop_on_failure)
+                                 for p, c in zip(problems, leaves)])
     return [r.pass_rate for r in results]
 
 
@@ -866,84 +860,47 @@ def logprobs(run, ids, am, left):
                                temperature=run.args.temperature)  # (mb, T)
 
 
-def reference_logprobs(run, mbs):
-    """Phase 5, no grad: per micro-batch the reference log-probs (adapters off = the frozen base = the reference
-    policy; none when beta == 0) and, with several PPO passes, the sampling-time ones of the trained role."""
-    ref_lp, old_lp = [], []
-    with torch.no_grad():
-        run.model.eval()
-        for _, ids, am, _, left in mbs:
-            if run.args.beta != 0:
-                with grpo.adapters_off(run.model):
-                    ref_lp.append(logprobs(run, ids, am, left))
-            if run.args.ppo_epochs > 1:  # with one pass old == logp.detach() (learn)
-                with agents.acting(run.team, run.role):
-                    old_lp.append(logprobs(run, ids, am, left))
-    return ref_lp, old_lp
-
-
-def learn_passes(run, mbs, adv, B, ref_lp, old_lp):
-    """Phase 6's passes under the trained role's adapter: the GRPO loss of each micro-batch, scaled by its rows over
-    the step's B, backward, summed over ranks, clipped, one optimizer step a pass. Returns (stats, updates, grad norm
-    or None when a non-finite loss or gradient stopped it)."""
-    args, stats, updates = run.args, {}, 0
-    with agents.acting(run.team, run.role):
-        for _ in range(args.ppo_epochs):
-            run.optimizer.zero_grad(set_to_none=True)
-            skipped = False
-            for j, (sl, ids, am, cm, left) in enumerate(mbs):
-                lp = logprobs(run, ids, am, left)  # (mb, T)
-                loss, st = grpo.grpo_loss(lp, old_lp[j] if args.ppo_epochs > 1 else lp.detach(),
-                                          ref_lp[j] if args.beta != 0 else None, adv[sl], cm, beta=args.beta,
-                                          clip_eps=args.clip_eps)
-                if not torch.isfinite(loss):
-                    skipped = True
-                    break
-                (loss * (lp.shape[0] / B)).backward()
-                for k, v in st.items():
-                    stats[k] = stats.get(k, 0.0) + v * lp.shape[0] / B / args.ppo_epochs
-            grad_norm = None if sum_gradients(run, skipped) else torch.nn.utils.clip_grad_norm_(run.params,
-                                                                                              args.grad_clip)
-            if grad_norm is None or not torch.isfinite(grad_norm):
-                return stats, updates, None
-            run.optimizer.step()
-            updates += 1
-    return stats, updates, grad_norm
-
-
 def learn(run, samples, adv, B, m, times):
-    """Phases 5-6 on this rank's rows: reference (and old) log-probs, then the GRPO loss over micro-batches (the
-    gradients summed over micro-batches and ranks are those of the mean over all B completions); clip, step. A rank
-    without rows adds zero gradients. A non-finite loss or gradient drops the whole step's updates, logged."""
+    """Phases 5-6 on this rank's rows: reference log-probs, then the GRPO loss over micro-batches, each scaled by its
+    rows over the step's B, so the gradients summed over micro-batches and over ranks are those of the mean over all
+    B completions; clip, one optimizer step. A rank without rows adds zero gradients; a non-finite loss or gradient
+    drops the step's update (logged). One optimisation pass per batch (DeepSeekMath's mu = 1, TRL's default): the
+    old log-probs are the policy's own, detached, so the ratio is exactly 1 and the clip is inert; the loss keeps
+    both, and a second pass would be one loop around phase 6 with the old log-probs taken before it."""
     args = run.args
     mbs = micro_batches(samples, args.micro_batch)
-    # ---- 5 reference (and old) log-probs
+    # ---- 5 reference log-probs, no grad: adapters off = the frozen base = the reference policy (none when beta = 0)
     show(run, "reference log-probs")
     t0 = time.time()
-    ref_lp, old_lp = reference_logprobs(run, mbs)
+    run.model.eval()
+    with torch.no_grad(), grpo.adapters_off(run.model):
+        ref_lp = [logprobs(run, ids, am, left) if args.beta != 0 else None for _, ids, am, _, left in mbs]
     times["t_reference"] = seconds_since(t0, run.device)
     # ---- 6 learn, forward AND backward under the trained role's adapter
-    show(run, f"learning: {len(mbs)} micro-batches x {args.ppo_epochs} pass(es)")
+    show(run, f"learning: {len(mbs)} micro-batches")
     t0 = time.time()
     run.model.train()
-    # With several passes a later one may go non-finite after earlier updates: keep the adapter and AdamW state from
-    # before the first pass, so "update skipped" means the whole step's updates (one pass needs no copy).
-    before = ([p.detach().clone() for p in run.params], copy.deepcopy(run.optimizer.state_dict())) \
-        if args.ppo_epochs > 1 else None
-    stats, updates, grad_norm = learn_passes(run, mbs, adv, B, ref_lp, old_lp)
-    if grad_norm is None:
+    run.optimizer.zero_grad(set_to_none=True)
+    stats, skipped = {}, False
+    with agents.acting(run.team, run.role):
+        for (sl, ids, am, cm, left), ref in zip(mbs, ref_lp):
+            lp = logprobs(run, ids, am, left)  # (mb, T)
+            loss, st = grpo.grpo_loss(lp, lp.detach(), ref, adv[sl], cm, beta=args.beta, clip_eps=args.clip_eps)
+            if not torch.isfinite(loss):
+                skipped = True
+                break
+            (loss * (lp.shape[0] / B)).backward()
+            for k, v in st.items():
+                stats[k] = stats.get(k, 0.0) + v * lp.shape[0] / B
+    grad_norm = None if sum_gradients(run, skipped) else torch.nn.utils.clip_grad_norm_(run.params, args.grad_clip)
+    if grad_norm is None or not torch.isfinite(grad_norm):
         run.optimizer.zero_grad(set_to_none=True)
-        if before is not None and updates:
-            with torch.no_grad():
-                for p, saved in zip(run.params, before[0]):
-                    p.copy_(saved)
-            run.optimizer.load_state_dict(before[1])
         m["skipped"] = True
         say(run, f"warning: step {m['step']}: non-finite loss or gradient, update skipped", file=sys.stderr)
     else:
+        run.optimizer.step()
+        run.scheduler.step()  # the schedule counts optimizer updates: a skipped step does not advance it
         m["grad_norm"] = float(grad_norm)
-        for _ in range(updates):
-            run.scheduler.step()  # the schedule counts optimizer updates: a skipped step does not advance it
     run.model.eval()
     m.update(summed(grpo.gather(stats)))
     m["lr"] = run.optimizer.param_groups[0]["lr"]

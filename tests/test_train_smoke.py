@@ -434,8 +434,7 @@ def test_the_blind_coder_is_scored_by_execution_from_the_plan_without_the_statem
                 public_tests=["assert add(1, 2) == 3"], hidden_tests=["assert add(1, 2) == 3", "assert add(0, 5) == 5"],
                 entry_point="add")
     with sandbox.SandboxPool(1) as pool:
-        run = SimpleNamespace(args=SimpleNamespace(stop_on_failure=False), pool=pool,
-                              team=agents.Team(model, tok, max_new_tokens=16))
+        run = SimpleNamespace(args=SimpleNamespace(stop_on_failure=False), team=agents.Team(model, tok, pool=pool))
         rates = train.blind_pass_rates(run, [p, p], ["Steps: 1. Return a + b.", agents.CONTENT_FREE_PLAN])
     assert rates == [1.0, 0.0]
     assert all("Add two numbers" not in s and "assert add(1, 2) == 3" in s for s in seen)
