@@ -318,11 +318,6 @@ def open_pool(args, need_cpu=False, need_memory=False):
 # Records and metrics (no model, no sandbox): unit-tested on hand-made records.
 
 
-def first_failure(result) -> str:
-    """The error message of the first non-passing test ("" when all passed or none says anything)."""
-    return next((t.error for t in result.tests if t.verdict != "passed" and t.error), "")
-
-
 def sample_record(attempt, result) -> dict:
     """One attempt + its sandbox result -> the JSON-ready dict stored per sample."""
     return {
@@ -333,7 +328,8 @@ def sample_record(attempt, result) -> dict:
         "wall_ms": 1000.0 * result.wall_s,
         # Short excerpt only: enough to see why a sample failed without bloating the file. The program-level
         # error (crash at import, timeout) first, else the first failing test's message.
-        "error": (result.error or first_failure(result))[-500:],
+        "error": (result.error or next((t.error for t in result.tests if t.error and t.verdict != "passed"),
+                                       ""))[-500:],
     }
 
 
