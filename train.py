@@ -230,14 +230,7 @@ def check_args(args):
     if args.planner_model and "planner" not in STAGES[args.stage]["chain"]:
         raise UsageError(f"--planner-model: stage {args.stage} has no Planner (stages with one: "
                          f"{', '.join(s for s, d in STAGES.items() if 'planner' in d['chain'])})")
-    # Held-out data never trains or picks a checkpoint unless the user says so by name, on every benchmark: only a
-    # split named "train" is a training split (MBPP's "all" holds test and validation; HumanEval has only "test").
-    held_out = (f"--split {args.split} holds held-out problems (only a split named train is trained on)"
-                if args.split != "train" and args.stage != "toy" else
-                f"--eval-split {args.eval_split} would choose checkpoints on the problems claims are read on"
-                if args.eval_split == "test" and args.eval_every > 0 else
-                f"--split {args.split} is also the --eval-split: the held-out evaluation would measure training "
-                "problems" if args.split == args.eval_split and args.eval_every > 0 else "")
+    held_out = held_out_use(args)
     if held_out and not args.allow_held_out_split:
         raise UsageError(f"{held_out}; use another split, or pass --allow-held-out-split to do it anyway")
     # Adapters and benchmark options are checked before anything slow happens (bad input loses nothing).
@@ -252,6 +245,19 @@ def check_args(args):
             raise UsageError(f"stage coder needs the trained Planner: no adapter at {args.adapters['planner']}; run "
                              "--stage planner first, or pass --adapter planner=DIR (--adapter planner=none for the "
                              "base Planner)")
+
+
+def held_out_use(args):
+    """Why this run would train on held-out problems or choose its checkpoints with test or training problems ("" when
+    it would not). Held-out data never does either unless the user says so by name, on every benchmark: only a split
+    named "train" is trained on (MBPP's "all" holds test and validation; HumanEval has only "test")."""
+    if args.stage == "toy":  # it reads only the prompts' characters
+        return ""
+    if args.split != "train":
+        return f"--split {args.split} holds held-out problems (only a split named train is trained on)"
+    if args.eval_every > 0 and args.eval_split in ("test", "train", "all"):
+        return f"--eval-split {args.eval_split} would choose checkpoints on test or training problems"
+    return ""
 
 
 def eval_method(args):

@@ -21,6 +21,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = ("t_sample", "t_execute", "t_reference", "t_learn", "t_eval", "t_step", "informative_per_hour")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def private_tmpdir(tmp_path_factory):
+    """torchrun's agent leaves torchelastic_* folders in the temp dir: keep them in pytest's, not in /tmp."""
+    old, os.environ["TMPDIR"] = os.environ.get("TMPDIR"), str(tmp_path_factory.mktemp("tmp"))
+    yield
+    if old is None:
+        os.environ.pop("TMPDIR")
+    else:
+        os.environ["TMPDIR"] = old
+
+
 def torchrun(script, args):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", script, *args]
 
