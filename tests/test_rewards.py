@@ -121,7 +121,7 @@ def test_planner_missing_time_earns_no_bonus():
 
 
 def test_planner_rejects_bad_input():
-    with pytest.raises(ValueError, match="thoughts"):
+    with pytest.raises(ValueError, match="plans"):
         rewards.planner_rewards([[1.0]], [[0.1], [0.2]])
     with pytest.raises(ValueError, match="CPU times"):
         rewards.planner_rewards([[1.0, 1.0]], [[0.1]])
