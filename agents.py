@@ -63,24 +63,20 @@ _WHAT_TO_PASS = ("pass --model DIR or CORECODE_MODEL=DIR, a local Hugging Face m
 HUB_PROBE_TIMEOUT_S = 3.0
 
 
-HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # as the CPU flags spell them
-
-
-def cpu_has_native(dtype=torch.bfloat16):
-    """True when this CPU computes `dtype` (bf16 or fp16) natively: x86 avx512_bf16 / AMX-BF16 for bf16,
-    avx512_fp16 / AMX-FP16 for fp16, read from /proc/cpuinfo on Linux. Elsewhere they are emulated, slower than fp32."""
+def cpu_has_native_bf16():
+    """True when this CPU computes bf16 natively (x86 avx512_bf16 / AMX-BF16, read from /proc/cpuinfo on Linux);
+    elsewhere bf16 is emulated, slower than fp32."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:  # not Linux: no cheap way to know, so no
         return False
-    name = HALF_NAMES[dtype]
-    return f"avx512_{name}" in flags or f"amx_{name}" in flags
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def resolve_dtype(dtype, device):
     """None / 'auto' -> bf16 on CUDA (fp16 if the GPU lacks bf16); on CPU bf16 where the processor computes it
-    natively (cpu_has_native), else fp32; or parse a name.
+    natively (cpu_has_native_bf16), else fp32; or parse a name.
 
     our choice on CPU: measured on a 2-core avx512_bf16 CPU, the 0.5B model decodes 2.5-4x faster in bf16 than in
     fp32 with the same greedy text; without native bf16 the emulation is slower than fp32, so fp32 there.
@@ -91,7 +87,7 @@ def resolve_dtype(dtype, device):
     if dtype is None or dtype == "auto":
         if str(device).startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if str(device).startswith("cpu") and cpu_has_native() else torch.float32
+        return torch.bfloat16 if str(device).startswith("cpu") and cpu_has_native_bf16() else torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)} or auto")
     return DTYPES[dtype]
@@ -174,12 +170,6 @@ def load_model(name_or_path, device=None, dtype=None):
     if not sys.stderr.isatty():  # in a log file transformers' "Loading weights" bar is one 5 KB line of redraws
         transformers.utils.logging.disable_progress_bar()
     torch_dtype = resolve_dtype(dtype, device)
-    half = HALF_NAMES.get(torch_dtype)
-    if str(device).startswith("cpu") and half and not cpu_has_native(torch_dtype):
-        # An explicit --dtype bfloat16 / float16 on such a CPU works, only slowly (fp16 ran 3x slower than fp32 in a
-        # 0.5B-sized matmul on an avx2 CPU): one line so a slow run is not a mystery.
-        print(f"note: this CPU has no native {half} (avx512_{half} / AMX): {half} is emulated here and runs slower "
-              f"than float32 (--dtype auto picks {'bf16 or ' if half == 'fp16' else ''}float32)", file=sys.stderr)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=offline)

@@ -66,7 +66,7 @@ parser.add_argument("--model", default=None, help="model dir, or 'tiny' for the 
                     "$CORECODE_MODEL, else ~/.cache/corecode/models/qwen2.5-coder-0.5b-instruct)")
 parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                     help="weights dtype on both sides (default: bfloat16 where the CPU computes it natively "
-                         "(agents.cpu_has_native) or on CUDA, else float32)")
+                         "(agents.cpu_has_native_bf16) or on CUDA, else float32)")
 parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 parser.add_argument("--sides", default="ours,trl", help="comma list from: ours, trl")
 parser.add_argument("--data", default=None, help="mbpp.jsonl (default: data.py's: $CORECODE_MBPP, "
@@ -474,7 +474,7 @@ def main():
         if not model:
             print(f"error: {where}; or pass --model DIR (--model tiny: the tiny random model)", file=sys.stderr)
             sys.exit(2)
-    dtype = args.dtype or ("bfloat16" if args.device == "cuda" or agents.cpu_has_native() else "float32")
+    dtype = args.dtype or ("bfloat16" if args.device == "cuda" or agents.cpu_has_native_bf16() else "float32")
     label = "tiny" if args.model == "tiny" else os.path.basename(model.rstrip("/"))
     d = train_defaults()
     print(f"whole Planner-stage GRPO step: {label} {dtype} on {args.device} | {args.problems} problems x "
