@@ -287,10 +287,17 @@ def test_args_json_is_written_only_after_inputs_are_valid(tiny_model_dir, tmp_pa
     assert r.stdout.count("\n") <= 2, r.stdout  # no 50-line argument dump before the error
 
 
+def default_sigint():
+    """Ctrl-C as a terminal delivers it: a shell without job control starts background commands with SIGINT ignored
+    (POSIX), and a test run launched that way would otherwise hand the ignored signal down to train.py."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tiny_model_dir, toy_mbpp, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, out, 200, toy_mbpp)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     deadline = time.time() + 120
     while not os.path.isdir(out / "checkpoints" / "step_000002") and time.time() < deadline:
         time.sleep(0.05)
@@ -306,7 +313,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tiny_model_dir, 
     out = tmp_path / "run"
     argv = toy_argv(tiny_model_dir, out, 200, toy_mbpp) + ["--save-every", "1000"]
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.time() + 120
     while not os.path.exists(out / "metrics.jsonl") and time.time() < deadline:
         time.sleep(0.05)
