@@ -558,6 +558,40 @@ def test_the_format_gate_passes_an_informative_plan(plan):
     assert roles.plan_check(plan) == "ok"
 
 
+def test_a_plan_that_repeats_a_part_is_refused():
+    # A plan that finishes its four parts and starts again until the cap would otherwise read as finished.
+    once = ("Input/Output: a list of ints; their sum.\nSteps: 1. Add each number to a running total.\n"
+            "Conditions: an empty list gives 0.\nLoops: over the list once.")
+    assert roles.plan_check(once) == "ok"
+    assert roles.plan_check(once + "\n" + once, cut=True) == "repeated part"
+
+
+@pytest.mark.parametrize("steps", ["1. Proceed.", "1. Add each number to a running total. 2. Proceed."])
+def test_a_one_word_step_is_refused(steps):
+    # "Proceed" passed the step rule as three two-letter words before the rule matched whole words.
+    assert roles.plan_check(f"Input/Output: a list of ints; their sum.\nSteps: {steps}") == "empty step"
+
+
+def test_arrows_asides_and_apostrophes_are_not_content():
+    plan = "Input/Output: inputs -> output.\nSteps: 1. Return the result (as required). 2. Return it's value."
+    assert roles.plan_check(plan) == "content-free"
+    assert roles.plan_check("Input/Output: n; an int.\nSteps: 1. Return n * (n + 1) // 2.") == "ok"  # a formula is
+
+
+def test_a_plan_that_only_restates_the_problem_is_refused():
+    p = assert_problem()
+    restated = roles.restatement_plan(p)
+    assert p.statement in restated and p.public_tests[0] in restated
+    assert roles.plan_check(restated) == "ok"  # without the problem no text rule can tell
+    assert roles.plan_check(restated, problem=p) == "restatement"
+    assert roles.plan_check("Input/Output: two ints; their sum.\nSteps: 1. Return a + b with the plus operator.",
+                            problem=p) == "ok"
+
+
+def test_the_generic_plan_passes_the_gate_so_only_its_control_catches_it():
+    assert roles.plan_check(roles.GENERIC_PLAN, problem=assert_problem()) == "ok"
+
+
 def test_a_plan_cut_at_the_budget_is_its_own_case_not_malformed():
     whole = INFORMATIVE[4]
     cut = whole[:whole.index("\nConditions")]  # ran out of tokens after Steps
