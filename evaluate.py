@@ -295,7 +295,7 @@ def load_team(args, pool=None):
     return team
 
 
-def open_pool(args, need_cpu=False, need_memory=False):
+def open_pool(args, need_cpu=False, need_memory=False, allow_uncounted=False):
     """The sandbox pool, with its mode checked: runs that could read the user's files are refused unless
     --allow-unisolated, a time or memory reward term it cannot count in full unless --allow-uncounted (one line
     saying what is missing and how to get it). The benchmark's file is hidden from every run (the project and the
@@ -306,8 +306,7 @@ def open_pool(args, need_cpu=False, need_memory=False):
         raise UsageError(str(e)) from None
     pool = sandbox.SandboxPool(args.workers, protect=protect)
     why = sandbox.refusal(pool.mode, need_cpu=need_cpu, need_memory=need_memory,
-                          allow_unisolated=args.allow_unisolated,
-                          allow_uncounted=getattr(args, "allow_uncounted", False))
+                          allow_unisolated=args.allow_unisolated, allow_uncounted=allow_uncounted)
     if why:
         pool.close()
         raise UsageError(why)
@@ -502,8 +501,6 @@ def format_table(summary: dict, n: int) -> str:
 
     rows = [cols]
     for method, m in summary.items():
-        if not isinstance(m, dict) or "pass@1" not in m:
-            continue  # the sandbox's mode
         rows.append([method, str(m["problems"]), cell(m["pass@1"], 100)] + ([cell(m.get("pass@5"), 100)] if n >= 5
                                                                            else [])
                     + [cell(m["apr"], 100), cell(m["cpu_ms"], fmt="{:.2f}"), cell(m["peak_mb"], fmt="{:.2f}"),
@@ -517,8 +514,7 @@ def format_pairs(summary: dict) -> str:
     labels = (("cg", "CG"), ("plan_info", "plan information"))
     return "\n".join(f"{label} of {method} (vs {m[key + '_vs']}): {100 * m[key]:+.1f} points, +{m[key + '_gained']} / "
                      f"-{m[key + '_lost']} problems, exact McNemar p = {m[key + '_p']:.3g}"
-                     for method, m in summary.items() if isinstance(m, dict)
-                     for key, label in labels if key in m)
+                     for method, m in summary.items() for key, label in labels if key in m)
 
 
 def read_records(path: str) -> list:

@@ -513,7 +513,8 @@ def start(args):
     check_out_dir(args)
     reward = STAGES[args.stage]["reward"]
     try:
-        with evaluate.open_pool(args, need_cpu=reward == "planner", need_memory=reward == "coder") as pool:
+        with evaluate.open_pool(args, need_cpu=reward == "planner", need_memory=reward == "coder",
+                                allow_uncounted=args.allow_uncounted) as pool:
             train(args, pool, rank, world)
     except OSError as e:  # disk full, --out made read-only during the run, ...
         raise UsageError(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with "
@@ -523,7 +524,7 @@ def start(args):
 # Flags a resumed run may change: they decide how long it runs, where and how often it reports, not what it learns.
 # Every other setting must equal the checkpointed run's (settings.json), or the resumed run would not continue it.
 RESUME_MAY_CHANGE = {"resume", "num_steps", "out", "workers", "device", "save_every", "keep_last", "eval_every",
-                     "eval_limit", "eval_batch_size", "adapter", "adapters", "bench_kwargs",
+                     "eval_limit", "eval_batch_size", "adapter", "bench_kwargs",
                      "allow_unisolated", "allow_uncounted"}
 
 
@@ -542,7 +543,7 @@ def check_out_dir(args):
 
 def run_settings(args):
     """What decides what a run learns: every flag but RESUME_MAY_CHANGE, adapters by content (evaluate.settings_of)."""
-    return evaluate.settings_of(args, [k for k in vars(args) if k not in RESUME_MAY_CHANGE] + ["adapters"])
+    return evaluate.settings_of(args, [k for k in vars(args) if k not in RESUME_MAY_CHANGE])
 
 
 @dataclass
