@@ -146,10 +146,10 @@ class ProgramResult(NamedTuple):
     cpu_s: float          # user + sys of every process of the run, from its cgroup (mode cpu_counted); else
                           # os.wait4 of the run and of the orphans the server reaps
     wall_s: float
-    peak_bytes: int       # mode memory_counted: the highest sum of pages charged to the run's cgroup (shmem, memfd,
-                          # tmpfs, SysV included); else the largest process's max RSS. Minus the same figure
-                          # for a no-op child forked the same way (>= 0). Granularity 256 KB with a cgroup (the
-                          # kernel charges in batches of 64 pages).
+    peak_bytes: int       # mode memory_counted: the highest sum of pages charged to the run's new cgroup (shmem,
+                          # memfd, tmpfs, SysV included; an empty program: ~0.5 MB, the fork's own copies); else
+                          # the largest process's max RSS minus the server's resident size at the fork. Granularity
+                          # 256 KB with a cgroup (the kernel charges in batches of 64 pages).
     stdout: str = ""      # short excerpts
     stderr: str = ""
     error: str = ""
@@ -164,99 +164,68 @@ class ProgramResult(NamedTuple):
 # Values: type-strict JSON text (child side: encode) and its rebuilding (parent side: decode)
 # ---------------------------------------------------------------------------------------------------
 # JSON, not Python literals: json.loads rebuilt a legitimate [[0]] * 130000 in 0.06 s, ast.literal_eval
-# in 2.3 s; both read data only. Scalars travel as themselves; everything else is an array [tag, ...],
-# so any array in a value position is a tag. Every size the parent's work depends on is bounded twice
-# (VALUE_*): the child's encoder refuses, and the parent's decoder refuses again, since the child can
-# write any line it likes. The types are captured here, before candidate code could rebind them.
+# in 2.3 s; both read data only. Scalars travel as themselves; everything else is an array [tag, part, ...]
+# whose parts are values again, so any array in a value position is a tag. Every size the parent's work
+# depends on is bounded twice (VALUE_*): the child's encoder refuses, and the parent's decoder refuses again,
+# since the child can write any line it likes. The types are captured here, before candidate code could
+# rebind them.
 _Counter, _OrderedDict = collections.Counter, collections.OrderedDict
 _defaultdict, _deque = collections.defaultdict, collections.deque
 _Fraction, _Decimal = fractions.Fraction, decimal.Decimal
 _Match = re.Match                               # a C type that cannot be subclassed
-_OD_ITEMS = collections.OrderedDict.items       # C method: the OrderedDict's own order
-_DICT_ITEMS = dict.items
 _MAX_INT_BITS = 13000                           # ~3900 digits: below the 4300-digit str() limit of 3.11
-_DICT_TAGS = {dict: "d", _Counter: "C", _OrderedDict: "O", _defaultdict: "D"}
 _SEQ_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "F"}
+# Dicts travel as [tag, key, value, key, value, ...], read with the base class's method (Counter is a Python
+# class the program could patch); OrderedDict's own C method keeps its order.
+_DICT_TAGS = {dict: ("d", dict.items), _Counter: ("C", dict.items), _OrderedDict: ("O", _OrderedDict.items),
+              _defaultdict: ("D", dict.items)}
+_SCALARS = frozenset({type(None), bool, int, float, str})     # what json.loads gives that is a value as it is
 
 
 class _Refused(Exception):
     """A value the child may not send (wrong type, too big, too deep)."""
 
 
-def _float_payload(x):
-    """A float as JSON-safe data: itself when finite, else one of "inf", "-inf", "nan"."""
-    if math.isfinite(x):
-        return x
-    return "nan" if x != x else ("inf" if x > 0 else "-inf")
-
-
-def _charge(budget, n):
-    """Take n bytes from the one-element budget list; refuse the value when it runs out."""
-    budget[0] -= n
-    if budget[0] < 0:
-        raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
-
-
 def _tag_value(x, depth, budget):
-    """`x` rebuilt from builtin data only, scalars plain and containers tagged (or raise _Refused)."""
+    """`x` rebuilt from builtin data only, scalars plain and the rest tagged (or raise _Refused). budget: a
+    one-element list of bytes left; every node costs 8 (a list of a million Nones is refused too)."""
     # `type(x) is ...`, never isinstance: a subclass can override __eq__, __hash__, __repr__ or __iter__;
     # builtin types cannot be patched, so only exact types behave in ways the candidate does not control.
     t = type(x)
-    _charge(budget, 8)         # every node costs something: a list of a million Nones is refused too
-    if x is None or t is bool or t is float and math.isfinite(x):
+    budget[0] -= 8 + (len(x) if t in (str, bytes, bytearray) else x.bit_length() // 4 if t is int else 0)
+    if budget[0] < 0:       # escapes may lengthen a string: encode_value's final length check catches that
+        raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
+    if x is None or t in (bool, str) or (t is float and math.isfinite(x)) or (t is int and x.bit_length() <= _MAX_INT_BITS):
         return x
-    if t is int:
-        if x.bit_length() <= _MAX_INT_BITS:
-            return x
-        _charge(budget, x.bit_length() // 4)
-        if x.bit_length() > VALUE_MAX_INT_BITS:
-            raise _Refused(f"int with {x.bit_length()} bits is larger than {VALUE_MAX_INT_BITS} bits")
-        return ("I", hex(x))     # hex() is not subject to the int/str digit limit
-    if t is float:
-        return ("f", _float_payload(x))
-    if t is str or t is bytes or t is bytearray:
-        _charge(budget, len(x))      # escapes may lengthen it; encode_value's final length check catches that
-        return x if t is str else ("b" if t is bytes else "Y", bytes(x).decode("latin-1"))
     if depth >= VALUE_MAX_DEPTH:
         raise _Refused(f"value nested deeper than {VALUE_MAX_DEPTH}")
+    sub = lambda v: _tag_value(v, depth + 1, budget)      # noqa: E731
     if t in _SEQ_TAGS:
-        return (_SEQ_TAGS[t], [_tag_value(e, depth + 1, budget) for e in x])
+        return [_SEQ_TAGS[t], *map(sub, x)]
     if t in _DICT_TAGS:
-        # The base-class method, not x.items(): Counter is a Python class the program could patch.
-        items = _OD_ITEMS(x) if t is _OrderedDict else _DICT_ITEMS(x)
-        return (_DICT_TAGS[t], [(_tag_value(k, depth + 1, budget), _tag_value(v, depth + 1, budget))
-                                for k, v in items])
-    if t is complex:
-        return ("c", _float_payload(x.real), _float_payload(x.imag))
-    if t is _deque:
-        return ("q", [_tag_value(e, depth + 1, budget) for e in x], x.maxlen)
-    if t is range:
-        if len(x) > VALUE_MAX_RANGE:
-            raise _Refused(f"range of {len(x)} elements is longer than {VALUE_MAX_RANGE}")
-        return ("r", x.start, x.stop, x.step)
-    if t is _Fraction:
-        # Pure Python: a patched class could report other parts, which is no more than returning another
-        # value; the parent rebuilds a genuine Fraction from two exact ints.
-        n, d = x.numerator, x.denominator
-        if type(n) is not int or type(d) is not int:
-            raise _Refused("Fraction with non-int parts")
-        return ("Q", _tag_value(n, depth + 1, budget), _tag_value(d, depth + 1, budget))
-    if t is _Decimal:
-        if x.is_finite() and abs(x.adjusted()) > VALUE_MAX_EXPONENT:
-            raise _Refused(f"Decimal with exponent {x.adjusted()} is outside +-{VALUE_MAX_EXPONENT}")
-        return ("M", str(x))
-    if x is Ellipsis:
-        return ("E",)
-    if t is _Match:
-        # A few MBPP tests assert the truthiness of a returned re.Match. our choice: it travels as span and
-        # text and comes back as a MatchValue, true and equal only to itself (returning True passes too).
-        text = x.group(0)
-        if type(text) is not str:
-            raise _Refused("re.Match on bytes")
-        _charge(budget, len(text))
-        return ("R", x.start(), x.end(), text)
-    name = getattr(t, "__qualname__", "?")
-    raise _Refused(f"type {name!r} is not a plain builtin value (type-strict: exact builtin types only)")
+        tag, items = _DICT_TAGS[t]
+        return [tag, *(sub(v) for pair in items(x) for v in pair)]
+    if t is int and x.bit_length() > VALUE_MAX_INT_BITS:
+        raise _Refused(f"int with {x.bit_length()} bits is larger than {VALUE_MAX_INT_BITS} bits")
+    if t is range and len(x) > VALUE_MAX_RANGE:
+        raise _Refused(f"range of {len(x)} elements is longer than {VALUE_MAX_RANGE}")
+    if t is _Decimal and x.is_finite() and abs(x.adjusted()) > VALUE_MAX_EXPONENT:
+        raise _Refused(f"Decimal with exponent {x.adjusted()} is outside +-{VALUE_MAX_EXPONENT}")
+    if t is _Fraction and not (type(x.numerator) is int and type(x.denominator) is int):
+        raise _Refused("Fraction with non-int parts")   # pure Python: the parent rebuilds it from two exact ints
+    if t is _Match and type(x.group(0)) is not str:
+        raise _Refused("re.Match on bytes")
+    # A few MBPP tests assert the truthiness of a returned re.Match. our choice: it travels as span and text and
+    # comes back as a MatchValue, true and equal only to itself (returning True passes too).
+    parts = {int: lambda: ["I", hex(x)], float: lambda: ["f", repr(x)], bytes: lambda: ["b", x.decode("latin-1")],
+             bytearray: lambda: ["Y", x.decode("latin-1")], complex: lambda: ["c", sub(x.real), sub(x.imag)],
+             _deque: lambda: ["q", x.maxlen, *map(sub, x)], range: lambda: ["r", x.start, x.stop, x.step],
+             _Fraction: lambda: ["Q", sub(x.numerator), sub(x.denominator)], _Decimal: lambda: ["M", str(x)],
+             type(...): lambda: ["E"], _Match: lambda: ["R", x.start(), x.end(), sub(x.group(0))]}.get(t)
+    if parts is None:
+        raise _Refused(f"type {getattr(t, '__qualname__', '?')!r} is not a plain builtin value (type-strict: exact "
+                       "builtin types only)")
+    return parts()
 
 
 def encode_value(x) -> str:
@@ -285,29 +254,50 @@ class MatchValue:
         return f"<re.Match object; span={self.span}, match={self.text!r}>"
 
 
-def _untag_float(p):
-    if type(p) is float:
-        return p
-    if type(p) is int or p in ("inf", "-inf", "nan"):
-        return float(p)
-    raise ValueError("bad float payload")
+def _bounded_range(*args):
+    r = range(*args)
+    if max(abs(v) for v in args).bit_length() > 64 or len(r) > VALUE_MAX_RANGE:
+        raise ValueError(f"range longer than {VALUE_MAX_RANGE}")
+    return r
 
 
-def _untag_dict(tag, items, depth):
-    pairs = []
-    for pair in items:
-        if type(pair) is not list or len(pair) != 2:
-            raise ValueError("bad dict item")
-        pairs.append((_untag(pair[0], depth + 1), _untag(pair[1], depth + 1)))
-    if tag == "D":
-        return _defaultdict(None, pairs)
-    if tag == "C":
-        return _Counter(dict(pairs))      # Counter(pairs) would count the pairs themselves
-    return {"d": dict, "O": _OrderedDict}[tag](pairs)
+def _bounded_decimal(text):
+    d = _Decimal(text[:10001])
+    if len(text) > 10000 or d.is_finite() and abs(d.adjusted()) > VALUE_MAX_EXPONENT:
+        raise ValueError(f"Decimal exponent outside +-{VALUE_MAX_EXPONENT}")
+    return d
 
 
-_SCALARS = frozenset({type(None), bool, int, float, str})     # what json.loads gives that is a value as it is
-_SEQ_TYPES = {"l": list, "t": tuple, "S": set, "F": frozenset}
+def _fraction(n, d):
+    if d == 0:
+        raise ValueError("bad Fraction")
+    return _Fraction(n, d)
+
+
+def _pairs(kv):
+    if len(kv) % 2:
+        raise ValueError("bad dict items")
+    return zip(kv[::2], kv[1::2])
+
+
+def _deque_of(n, *items):
+    if n is not None and (type(n) is not int or n < 0):
+        raise ValueError("bad deque maxlen")
+    return _deque(items, n)
+
+
+_I, _F, _S = (int,), (int, float), (str,)       # the types a tag's parts must have, once rebuilt
+# tag: (the types of its parts, or None for any number of values; the value built from its rebuilt parts)
+_TAGS = {"l": (None, lambda *p: list(p)), "t": (None, lambda *p: p), "S": (None, lambda *p: set(p)),
+         "F": (None, lambda *p: frozenset(p)), "d": (None, lambda *kv: dict(_pairs(kv))),
+         "O": (None, lambda *kv: _OrderedDict(_pairs(kv))), "D": (None, lambda *kv: _defaultdict(None, _pairs(kv))),
+         "C": (None, lambda *kv: _Counter(dict(_pairs(kv)))),      # Counter(pairs) would count the pairs
+         "q": (None, _deque_of), "r": ((_I, _I, _I), _bounded_range), "Q": ((_I, _I), _fraction),
+         "I": ((_S,), lambda s: int(s, 16) if len(s) <= VALUE_MAX_INT_BITS // 4 + 3 else _no_constant("a bigger int")),
+         "f": ((_S,), lambda s: float(s) if s in ("inf", "-inf", "nan") else _no_constant(repr(s))),
+         "b": ((_S,), lambda s: bytes(s.encode("latin-1"))), "Y": ((_S,), lambda s: bytearray(s.encode("latin-1"))),
+         "c": ((_F, _F), complex), "M": ((_S,), _bounded_decimal), "E": ((), lambda: ...),
+         "R": ((_I, _I, _S), lambda a, b, s: MatchValue(a, b, s))}
 
 
 def _untag(node, depth):
@@ -315,55 +305,20 @@ def _untag(node, depth):
     t = type(node)
     if t in _SCALARS:
         return node
-    if t is not list or not node or type(node[0]) is not str:
-        raise ValueError(f"unexpected {t.__name__} in value text")
-    if depth > VALUE_MAX_DEPTH + 2:
-        raise ValueError("value nested too deeply")
-    tag = node[0]
-    if len(node) == 2 and type(node[1]) is list and tag in _SEQ_TYPES:   # the common case first: a sequence
-        # json.loads' own list when every element is a scalar (checked at C speed), else each element rebuilt:
-        # the shape that costs most per byte of text, many tiny containers ([[0]] * 130000), then costs one call
-        # per container instead of two (about 3x less parent CPU).
-        items = node[1]
-        if not set(map(type, items)) <= _SCALARS:
-            items = [e if type(e) in _SCALARS else _untag(e, depth + 1) for e in items]
-        return items if tag == "l" else _SEQ_TYPES[tag](items)
-    rest = node[1:]
-    one_str = len(rest) == 1 and type(rest[0]) is str
-    if tag in ("d", "C", "O", "D") and len(rest) == 1 and type(rest[0]) is list:
-        return _untag_dict(tag, rest[0], depth)
-    if tag == "I" and one_str and len(rest[0]) <= VALUE_MAX_INT_BITS // 4 + 3:
-        return int(rest[0], 16)
-    if tag in ("b", "Y") and one_str:
-        return (bytes if tag == "b" else bytearray)(rest[0].encode("latin-1"))
-    if tag == "f" and len(rest) == 1:
-        return _untag_float(rest[0])
-    if tag == "c" and len(rest) == 2:
-        return complex(_untag_float(rest[0]), _untag_float(rest[1]))
-    if tag == "q" and len(rest) == 2 and type(rest[0]) is list:
-        if rest[1] is not None and (type(rest[1]) is not int or rest[1] < 0):
-            raise ValueError("bad deque maxlen")
-        return _deque([_untag(e, depth + 1) for e in rest[0]], rest[1])
-    if tag == "r" and len(rest) == 3 and all(type(v) is int for v in rest):
-        r = range(*rest)
-        if r.stop.bit_length() > 64 or r.start.bit_length() > 64 or len(r) > VALUE_MAX_RANGE:
-            raise ValueError(f"range longer than {VALUE_MAX_RANGE}")
-        return r
-    if tag == "Q" and len(rest) == 2:
-        n, d = _untag(rest[0], depth + 1), _untag(rest[1], depth + 1)
-        if type(n) is not int or type(d) is not int or d == 0:
-            raise ValueError("bad Fraction")
-        return _Fraction(n, d)
-    if tag == "M" and one_str and len(rest[0]) < 10000:
-        d = _Decimal(rest[0])
-        if d.is_finite() and abs(d.adjusted()) > VALUE_MAX_EXPONENT:
-            raise ValueError(f"Decimal exponent outside +-{VALUE_MAX_EXPONENT}")
-        return d
-    if tag == "E" and not rest:
-        return Ellipsis
-    if tag == "R" and len(rest) == 3 and type(rest[0]) is int and type(rest[1]) is int and type(rest[2]) is str:
-        return MatchValue(rest[0], rest[1], rest[2])
-    raise ValueError(f"unknown value tag {tag!r}")
+    if t is not list or not node or type(node[0]) is not str or node[0] not in _TAGS \
+            or depth > VALUE_MAX_DEPTH + 2:
+        raise ValueError(f"unexpected {t.__name__} in value text, or nested too deeply")
+    types, build = _TAGS[node[0]]
+    parts = node[1:]
+    # json.loads' own values when every part is a scalar (checked at C speed), else each part rebuilt: the shape
+    # that costs most per byte of text, many tiny containers ([[0]] * 130000), costs one call per container.
+    if not set(map(type, parts)) <= _SCALARS:
+        parts = [e if type(e) in _SCALARS else _untag(e, depth + 1) for e in parts]
+    if node[0] == "l":
+        return parts
+    if types is not None and (len(parts) != len(types) or any(type(p) not in ok for p, ok in zip(parts, types))):
+        raise ValueError(f"bad parts for value tag {node[0]!r}")
+    return build(*parts)
 
 
 def _no_constant(name):
@@ -885,7 +840,6 @@ class _ServerState:
         self.pid_max = 32768
         self.runs_dir = None      # where run directories live (/sbx under the minimal root)
         self.run_dir = None       # the one run directory (re-created for every run)
-        self.baseline_kb = 0      # the peak of a run of the empty program, subtracted from every peak
         self.client_fd = None     # the client channel (never read during a run): its hang-up ends every run
         self.client_gone = False
         self.poller = None        # one select.poll for every run: the client channel, plus each run's pidfd
@@ -1446,64 +1400,6 @@ def _cpu_rlimit(time_limit_s):
 # ---------------------------------------------------------------------------------------------------
 # The fork server
 # ---------------------------------------------------------------------------------------------------
-_DEVNULL_FD = None     # opened by the first client that drops bytes (_LineReader.skip)
-
-
-class _LineReader:
-    """Line buffer over a raw fd (select() and buffered file objects do not mix)."""
-    def __init__(self, fd):
-        self.fd, self.buf, self.eof = fd, bytearray(), False
-
-    def fill(self):
-        chunk = os.read(self.fd, 1 << 16)
-        self.eof = self.eof or not chunk
-        self.buf += chunk
-
-    def read_line(self, timeout=None):
-        return self._take(lambda: self.buf.find(b"\n"), 1, timeout)
-
-    def read_bytes(self, n, timeout=None):
-        return self._take(lambda: n if len(self.buf) >= n else -1, 0, timeout)
-
-    def skip(self, n, timeout=None):
-        """Drop the next n bytes, read in chunks and never held together; False at end of file."""
-        global _DEVNULL_FD
-        if _DEVNULL_FD is None:
-            _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        dropped = min(n, len(self.buf))
-        del self.buf[:dropped]
-        n -= dropped
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while n:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError("no reply from the sandbox worker")
-            if select.select([self.fd], [], [], left)[0]:
-                # Moved to /dev/null inside the kernel (splice): the bytes never reach this process.
-                moved = os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
-                if not moved:
-                    return False
-                n -= moved
-        return True
-
-    def _take(self, find, skip, timeout):
-        """Bytes up to find() (>= 0 once they are all here), dropping `skip` more; None at end of file."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            i = find()
-            if i >= 0:
-                data = bytes(self.buf[:i])
-                del self.buf[:i + skip]
-                return data
-            if self.eof:
-                return None
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError("no reply from the sandbox worker")
-            if select.select([self.fd], [], [], left)[0]:
-                self.fill()
-
-
 # ---------------------------------------------------------------------------------------------------
 # Layer: the run directory. Defends the next run: a tmpfs of the run's own (size- and inode-capped), unmounted
 # whole after it. Without the minimal root: a directory removed after the run (what a run made can be read by a
@@ -1635,6 +1531,7 @@ def _spawn_and_wait(job_fd, index, limits):
     if st.last_pid_fd is not None:
         # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
         os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
+    rss_kb = _statm(1) // 1024      # without a cgroup: a child starts with our resident pages, not its own
     t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
@@ -1644,7 +1541,7 @@ def _spawn_and_wait(job_fd, index, limits):
     _close_all(run["cgroup_procs"])
     limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S,
                                             limits["time_limit_s"], t0)
-    cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss - rss_kb
     _kill_run(pid)             # helpers still running, orphans: all of them, now
     while st.features["pid_ns"]:
         try:
@@ -1652,7 +1549,7 @@ def _spawn_and_wait(job_fd, index, limits):
         except ChildProcessError:
             break
         cpu_s += usage.ru_utime + usage.ru_stime
-        peak_kb = max(peak_kb, usage.ru_maxrss)
+        peak_kb = max(peak_kb, usage.ru_maxrss - rss_kb)
     if st.features["net"] == "renewed" and _sockets_left():
         _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
         st.net_renewals += 1
@@ -1664,10 +1561,10 @@ def _spawn_and_wait(job_fd, index, limits):
     _drop_run_dir(run_dir)
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": peak_kb, "wall_s": wall}
+            "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": max(0, peak_kb), "wall_s": wall}
 
 
-def _send_run(fd, rid, obs):
+def _send_run(fd, obs):
     """One run's observations as a JSON line, then its result lines, stdout and the tail of its stderr as raw
     bytes, copied by the kernel from the run's memfds (sendfile): this server never holds what a run wrote.
     More than the caps reads as a flood."""
@@ -1681,14 +1578,19 @@ def _send_run(fd, rid, obs):
         parts.append((obs["files"][name], start, end - start))
     # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
     # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
-    _write_all(fd, b'{"op": "run", "id": %d, "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, '
-                   b'"cpu_s": %a, "peak_kb": %d, "wall_s": %a}\n'
-               % (rid, b"null" if limit is None else b'"%s"' % limit.encode(), *(n for _, _, n in parts),
-                  _json_int(obs["signal"]), _json_int(obs["exit"]), obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
+    _reply(fd, b'{"op": "run", "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, "cpu_s": %a, '
+               b'"peak_kb": %d, "wall_s": %a}' % (b"null" if limit is None else b'"%s"' % limit.encode(),
+                                                  *(n for _, _, n in parts), _json_int(obs["signal"]),
+                                                  _json_int(obs["exit"]), obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
     for src, offset, n in parts:
         while n:
             k = os.sendfile(fd, src, offset, n)
             offset, n = offset + k, n - k
+
+
+def _reply(fd, data: bytes):
+    """One message of the server: its length in 8 digits, then the bytes (JSON)."""
+    _write_all(fd, b"%08d" % len(data) + data)
 
 
 def _json_int(value):
@@ -1704,16 +1606,6 @@ def _memfd_with(data: bytes):
     fd = os.memfd_create("job")
     _write_all(fd, data)
     return fd
-
-
-def _measure_baseline():
-    """The peak of a run of the empty program through exactly the same path (its cgroup's pages: the fork's own
-    copy-on-write faults, page tables; or its max RSS), subtracted from every peak. Measured once: a run's cgroup
-    is new, so nothing the server did since moves it (without a cgroup the RSS figure can drift by a few MB)."""
-    job_fd = _memfd_with(_job_bytes({"kind": "assert", "program": "", "snippets": [], "args": []}))
-    obs = _spawn_and_wait(job_fd, 0, {"time_limit_s": 5.0, "memory_limit_mb": 256})
-    _close_all([job_fd, *obs["files"].values()])
-    _STATE.baseline_kb = obs["peak_kb"]
 
 
 def _preload():
@@ -1752,9 +1644,7 @@ def _serve(mode, hidden="[]"):
     st.client_fd = proto_in
     st.poller = select.poll()
     st.poller.register(proto_in, 0)     # hang-up only: the channel is never read while a run is alive
-    _measure_baseline()
-    _send(proto_out, {"op": "hello", "features": st.features, "baseline_kb": st.baseline_kb,
-                      "python": sys.version.split()[0]})
+    _reply(proto_out, json.dumps({"op": "hello", "features": st.features}).encode())
     # This process never holds a job's data: the request's body goes from the pipe into a memfd by splice(2),
     # the runs read it there, and what they write goes back by sendfile(2). So a run, a fork of this process,
     # finds nothing of any other job in its memory (a program that walked gc.get_objects() once found the
@@ -1770,18 +1660,17 @@ def _serve(mode, hidden="[]"):
                     break
                 obs = _spawn_and_wait(job_fd, index, header)
                 try:
-                    _send_run(proto_out, header["id"], obs)
+                    _send_run(proto_out, obs)
                 finally:
                     _close_all(obs["files"].values())
-            reply = b'{"op": "done", "id": %d, "baseline_kb": %d}\n' % (header["id"], st.baseline_kb)
+            reply = b'{"op": "done"}'
         except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
-            reply = (json.dumps({"op": "done", "id": header["id"], "server_error": f"{type(e).__name__}: {e}"})
-                     + "\n").encode()
+            reply = json.dumps({"op": "done", "server_error": f"{type(e).__name__}: {e}"}).encode()
         finally:
             os.close(job_fd)
         if st.client_gone:
             break
-        _write_all(proto_out, reply)
+        _reply(proto_out, reply)
     if not st.features["minimal_root"]:
         _remove_tree(st.runs_dir)     # our temporary directory on the host
     if not st.features["pid_ns"]:     # no shim to do it once we are gone: leave them (v1: joined), remove them
@@ -1809,8 +1698,8 @@ def _read_request(fd):
     header = size and _read_exact(fd, int(size))
     if not header:
         return None
-    rid, runs, body, time_limit_s, memory_limit_mb = header.split()
-    header = {"id": int(rid), "runs": int(runs), "body": int(body), "time_limit_s": float(time_limit_s),
+    runs, body, time_limit_s, memory_limit_mb = header.split()
+    header = {"runs": int(runs), "body": int(body), "time_limit_s": float(time_limit_s),
               "memory_limit_mb": int(memory_limit_mb)}
     job_fd, left = os.memfd_create("job"), header["body"]
     while left:
@@ -1822,10 +1711,10 @@ def _read_request(fd):
     return header, job_fd
 
 
-def _request_header(rid, runs, body_size, time_limit_s, memory_limit_mb) -> bytes:
-    """A request's header: five numbers in ASCII, not JSON (json.loads in the server costs ~20 copy-on-write
+def _request_header(runs, body_size, time_limit_s, memory_limit_mb) -> bytes:
+    """A request's header: four numbers in ASCII, not JSON (json.loads in the server costs ~20 copy-on-write
     faults a job, see _send_run), preceded by its size in 8 digits."""
-    data = b"%d %d %d %a %d" % (rid, runs, body_size, float(time_limit_s), int(memory_limit_mb))
+    data = b"%d %d %a %d" % (runs, body_size, float(time_limit_s), int(memory_limit_mb))
     return b"%08d" % len(data) + data
 
 
@@ -1864,6 +1753,9 @@ def _guarded(protect=()):
                    *(p for p in packages if os.path.isdir(p))})
 
 
+_DEVNULL_FD = None     # opened by the first client that drops bytes (_Worker.recv)
+
+
 class _WorkerDied(Exception):
     """The worker process is gone or wedged: SandboxPool restarts it and reports the job as an error."""
 
@@ -1890,12 +1782,11 @@ class _Worker:
         import subprocess          # client-only: see "Records"
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      start_new_session=True, close_fds=True, bufsize=0)
-        self.reader = _LineReader(self.proc.stdout.fileno())
-        self.next_id = 0
-        hello = self.read(60.0)
+        self.fd = self.proc.stdout.fileno()
+        hello = self.message(time.monotonic() + 60.0)
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
-        self.features, self.baseline_kb = hello["features"], hello["baseline_kb"]
+        self.features = hello["features"]
         self.features["exposed"] = self.self_check()
 
     def self_check(self):
@@ -1903,27 +1794,32 @@ class _Worker:
         minimal root holds. Run as a program, so it is exactly what a run sees."""
         job = Job(_SELF_CHECK, "stdio", [{"input": json.dumps(_guarded(self.protect)), "output": ""}],
                   time_limit_s=5.0, memory_limit_mb=256)
-        run = self.run(job)["runs"][0]
+        run = self.run(job)[0]
         try:
             return json.loads(run["stdout"])
         except ValueError:
             return [f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"]
 
-    def send(self, data: bytes):
-        try:
-            _write_all(self.proc.stdin.fileno(), data)
-        except OSError as e:
-            raise _WorkerDied(f"sandbox worker pipe closed: {e}") from None
+    def recv(self, n, deadline, keep=True):
+        """The next n bytes from the worker; keep=False: moved to /dev/null inside the kernel (splice), so a flood
+        never reaches this process."""
+        global _DEVNULL_FD
+        if _DEVNULL_FD is None:
+            _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        chunks = []
+        while n > 0:
+            if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise _WorkerDied("sandbox worker did not answer in time")
+            chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
+            got = len(chunks[-1]) if keep else os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
+            if not got:
+                raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
+            n -= got
+        return b"".join(chunks)
 
-    def read(self, timeout, n=None):
-        """The next JSON line, or the next n raw bytes."""
-        try:
-            data = self.reader.read_line(timeout) if n is None else self.reader.read_bytes(n, timeout)
-        except TimeoutError:
-            raise _WorkerDied("sandbox worker did not answer in time") from None
-        if data is None:
-            raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
-        return json.loads(data) if n is None else data
+    def message(self, deadline):
+        """The server's next message (_reply: 8 digits of length, then JSON)."""
+        return json.loads(self.recv(int(self.recv(8, deadline)), deadline))
 
     def stop(self, timeout=2.0):
         import subprocess
@@ -1943,63 +1839,45 @@ class _Worker:
         self.start()
 
     def run(self, job, keep=None, **extra):
-        """Send `job` and wait for its reply (raises _WorkerDied). keep: the job's [bytes] of result lines the
-        parent still keeps (_ReplyCaps), shared by the requests of one job."""
-        rid, budget, data = self.request(job, **extra)
-        self.send(data)
-        return self.collect(rid, budget, _ReplyCaps(job, len(extra.get("snippets", ())), keep))
-
-    def request(self, job, **extra):
-        """`job` as the bytes of a request (no expected values, ever), its id and how long its reply may take."""
+        """Send `job` (no expected values, ever) and return its runs: of each, what _ReplyCaps allows is kept (the
+        rest read and dropped); a run whose result lines were cut is an "output_limit" (the lines kept are the first
+        ones: a failure reported after them must not be lost). keep: the job's [bytes] of result lines the parent
+        still keeps, shared by the requests of one job. Raises _WorkerDied."""
         req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
                "setup": job.setup if job.kind != "stdio" else "", **extra}
         inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
         body = _job_bytes(req, inputs)
-        self.next_id += 1
-        rid = self.next_id          # replies carry it, so a stale reply can never be taken for this one
+        try:
+            _write_all(self.proc.stdin.fileno(), _request_header(len(inputs) or 1, len(body), job.time_limit_s,
+                                                                 job.memory_limit_mb) + body)
+        except OSError as e:
+            raise _WorkerDied(f"sandbox worker pipe closed: {e}") from None
         # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
-        budget = (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) + REPLY_SLACK_S
-        return rid, budget, _request_header(rid, len(inputs) or 1, len(body), job.time_limit_s,
-                                            job.memory_limit_mb) + body
-
-    def collect(self, rid, budget, caps):
-        """The reply to request `rid`: its runs (results, stdout, stderr) and the server's baseline. Of each run
-        only what `caps` allows is kept; the rest is read and dropped. A run whose result lines were cut is an
-        "output_limit": the lines kept are the first ones, and a failure reported after them must not be lost."""
-        runs = []
-        while True:
-            msg = self.read(budget)
-            if msg.get("op") == "run":
-                sizes = msg.pop("sizes")
-                mine = msg.get("id") == rid
-                n_results, n_lines, head, tail = caps.of(len(runs)) if mine else (0, 0, 0, 0)
-                results = self._take(sizes[0], n_results, 0, budget)
-                out = self._take(sizes[1], head, tail, budget)
-                err = self._take(sizes[2], sizes[2], 0, budget)       # the server sends a tail of 2,000 bytes
-                if mine:
-                    run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln], stdout=out,
-                               stderr=err, stdout_size=sizes[1])
-                    if sizes[0] > n_results and run["limit"] is None:
-                        run["limit"] = "output_limit"
-                    caps.kept(len(results))
-                    runs.append(run)
-            elif msg.get("op") == "done" and msg.get("id") == rid:
-                break
+        deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
+            + REPLY_SLACK_S
+        caps, runs = _ReplyCaps(job, len(extra.get("snippets", ())), keep), []
+        while (msg := self.message(deadline))["op"] == "run":
+            sizes = msg.pop("sizes")
+            n_results, n_lines, head, tail = caps.of(len(runs))
+            results = self.take(sizes[0], n_results, 0, deadline)
+            run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
+                       stdout=self.take(sizes[1], head, tail, deadline), stdout_size=sizes[1],
+                       stderr=self.take(sizes[2], sizes[2], 0, deadline))   # the server sends 2,000 bytes of it
+            if sizes[0] > n_results and run["limit"] is None:
+                run["limit"] = "output_limit"
+            caps.kept(len(results))
+            runs.append(run)
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
-        return dict(msg, runs=runs)
+        return runs
 
-    def _take(self, size, head, tail, timeout):
+    def take(self, size, head, tail, deadline):
         """The first `head` and last `tail` of the next `size` bytes, as text; the middle is dropped unread."""
         head = min(head, size)
         tail = min(tail, size - head)
-        data = self.read(timeout, head)
-        try:
-            if not self.reader.skip(size - head - tail, timeout):
-                raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
-        except TimeoutError:
-            raise _WorkerDied("sandbox worker did not answer in time") from None
-        return (data + self.read(timeout, tail)).decode("utf-8", "replace")
+        data = self.recv(head, deadline)
+        self.recv(size - head - tail, deadline, keep=False)
+        return (data + self.recv(tail, deadline)).decode("utf-8", "replace")
 
 
 class _ReplyCaps:
@@ -2075,9 +1953,8 @@ _OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT
                          "over what the judge reads of them)")
 
 
-def _termination_verdict(run, job, baseline_kb):
+def _termination_verdict(run, job):
     """Why a run was stopped, as (verdict, message): a limit or a signal; None when it ended by itself."""
-    peak = max(0, run["peak_kb"] - baseline_kb) * 1024
     if run["limit"] == "timeout":
         return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
     if run["limit"] == "output_limit":
@@ -2093,14 +1970,14 @@ def _termination_verdict(run, job, baseline_kb):
         name = str(sig)
     if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
         return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
-    if peak >= 0.9 * job.memory_limit_mb * (1 << 20):
+    if run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
         return "memory", f"killed by {name} near the memory limit"
     return "killed", f"killed by signal {name}"
 
 
-def _run_problem(run, job, baseline_kb, stage):
+def _run_problem(run, job, stage):
     """Why a run did not end normally: its termination, else the exception it reported; None if neither."""
-    term = _termination_verdict(run, job, baseline_kb)
+    term = _termination_verdict(run, job)
     return term or (_failure_verdict(stage["failure"]) if "failure" in stage else None)
 
 
@@ -2108,9 +1985,9 @@ _WHERE = {"program": "the program raised", "setup": "the test setup raised", "pr
           "sandbox": "sandbox setup failed:"}
 
 
-def _stop_reason(run, job, baseline_kb, stage):
+def _stop_reason(run, job, stage):
     """(verdict, message) for the tests the child never answered."""
-    term = _termination_verdict(run, job, baseline_kb)
+    term = _termination_verdict(run, job)
     if term:
         return term
     if "failure" in stage:
@@ -2202,11 +2079,11 @@ def _utf8(text):
     return _SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
 
 
-def _finish(job, tests, runs, baseline_kb, error=""):
+def _finish(job, tests, runs, error=""):
     """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
     tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
     cpu = sum(r["cpu_s"] for r in runs)
-    peak = max([max(0, r["peak_kb"] - baseline_kb) * 1024 for r in runs] or [0])
+    peak = max([r["peak_kb"] * 1024 for r in runs] or [0])
     if job.kind == "assert" and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
@@ -2255,11 +2132,10 @@ def _child_setup(setup: str, snippets: tuple) -> str:
     return "\n".join(ast.unparse(node) for node in reversed(kept))
 
 
-def _judge_assert(job, ns, splits, msg):
-    """`job`'s ProgramResult from its run's reply."""
-    run, baseline = msg["runs"][0], msg["baseline_kb"]
-    stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, baseline, stage)
+def _judge_assert(job, ns, splits, runs):
+    """`job`'s ProgramResult from its run."""
+    stage, values = _parse_lines(runs[0]["lines"])
+    stop = _stop_reason(runs[0], job, stage)
     tests, error = _assert_results(ns, splits, values, stop), ""
     if "failure" in stage:
         error = f"{stage['failure'].get('stage')}: {_failure_verdict(stage['failure'])[1]}"
@@ -2269,7 +2145,7 @@ def _judge_assert(job, ns, splits, msg):
     if "ready" not in stage or "failure" in stage:
         tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
         error = error or f"{stop[0]}: {stop[1]}"
-    return _finish(job, tests, msg["runs"], baseline, error)
+    return _finish(job, tests, runs, error)
 
 
 def _execute_on(worker, job):
@@ -2288,25 +2164,24 @@ def _execute_on(worker, job):
             lo = bounds[-1][1]
     expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
     budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
-    tests, runs, baseline = [], [], worker.baseline_kb
+    tests, runs = [], []
     keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
     for lo, hi in bounds or [(0, 0)]:
         part = job._replace(cases=job.cases[lo:hi])
-        msg = worker.run(part, keep=keep)
-        baseline = msg["baseline_kb"]
+        part_runs = worker.run(part, keep=keep)
         judge = _judge_functional if job.kind == "functional" else _judge_stdio
-        part_tests = [judge(job, case, run, baseline, budget) for case, run in zip(part.cases, msg["runs"])]
-        pending = [(i, (case, run)) for i, (case, run, t) in enumerate(zip(part.cases, msg["runs"], part_tests))
+        part_tests = [judge(job, case, run, budget) for case, run in zip(part.cases, part_runs)]
+        pending = [(i, (case, run)) for i, (case, run, t) in enumerate(zip(part.cases, part_runs, part_tests))
                    if t is None]
         if pending:
             for (i, _), t in zip(pending, _run_checker(worker, job, [p for _, p in pending])):
                 part_tests[i] = t
         tests += part_tests
-        runs += msg["runs"]
+        runs += part_runs
         if any(t.verdict != "passed" for t in tests):
             break
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
-    return _finish(job, tests + [skipped] * (n - len(tests)), runs, baseline)
+    return _finish(job, tests + [skipped] * (n - len(tests)), runs)
 
 
 def _over_time(job, run, got=""):
@@ -2315,10 +2190,10 @@ def _over_time(job, run, got=""):
     return None
 
 
-def _judge_functional(job, case, run, baseline, budget):
+def _judge_functional(job, case, run, budget):
     """One functional test from its own run -> TestResult."""
     stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, baseline, stage)
+    stop = _stop_reason(run, job, stage)
     try:
         if "ready" not in stage or "failure" in stage:
             raise _CandidateFailure(*stop)
@@ -2339,10 +2214,10 @@ def _judge_functional(job, case, run, baseline, budget):
     return TestResult("passed" if equal else "failed", got=_short(value))
 
 
-def _judge_stdio(job, case, run, baseline, budget):
+def _judge_stdio(job, case, run, budget):
     """One stdio test from its own run -> TestResult, or None when the benchmark's checker must judge it."""
     got = run["stdout"][:EXCERPT_CHARS]
-    problem = _run_problem(run, job, baseline, _parse_lines(run["lines"])[0])
+    problem = _run_problem(run, job, _parse_lines(run["lines"])[0])
     if problem:
         return TestResult(problem[0], got=got, error=problem[1])
     if _over_time(job, run):
@@ -2384,11 +2259,10 @@ def _run_checker(worker, job, pending):
                                    "output": _checker_text(run["stdout"])}), "output": ""} for case, run in pending]
     checker = Job(program=job.checker, kind="stdio", cases=cases, prelude=CHECKER_PRELUDE,
                   time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
-    msg = worker.run(checker)
     out = []
-    for (case, run), crun in zip(pending, msg["runs"]):
+    for (case, run), crun in zip(pending, worker.run(checker)):
         got = run["stdout"][:EXCERPT_CHARS]
-        problem = _run_problem(crun, checker, msg["baseline_kb"], _parse_lines(crun["lines"])[0])
+        problem = _run_problem(crun, checker, _parse_lines(crun["lines"])[0])
         said = crun["stdout"].strip()
         if problem is None and said in ("1", "100"):
             out.append(TestResult("passed", got=got))
@@ -2493,8 +2367,11 @@ class SandboxPool:
                 if item is None:
                     return
                 results[item[0]] = self._run_one(worker, item[1])
+        except BaseException:
+            worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
+            raise
         finally:
-            self._idle.put(worker)       # after a bug on our side, replies still coming are stale: never taken
+            self._idle.put(worker)
 
     def close(self):
         for w in self._workers:
