@@ -751,7 +751,7 @@ def _run_spec(run):
 def _child_main(run):
     """Entry of the forked child. Never returns: os._exit, so no atexit handler, finaliser or buffered
     server state runs on the way out (the program's own atexit handlers neither)."""
-    status = 0
+    status = 70
     try:
         try:
             spec = _run_spec(run)
@@ -762,19 +762,19 @@ def _child_main(run):
                 sys.modules["random"].seed()
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
-            os._exit(70)
-        out = (sys.stdout, sys.stderr)     # built by _fresh_stdio() in the server, now on the run's fds
+            raise
+        status, out = 1, (sys.stdout, sys.stderr)     # built by _fresh_stdio() in the server, now on the run's fds
         try:
             _child_harness(spec)
+            status = 0
         finally:
             for stream in out:
                 try:
                     stream.flush()
                 except BaseException:
                     pass
-    except BaseException:
-        status = 1
-    os._exit(status)
+    finally:
+        os._exit(status)
 
 
 def _fresh_stdio():
@@ -834,7 +834,6 @@ class _ServerState:
                          "cpu_cap": False, "drops_to_nobody": False, "net": "per run",
                          "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
         self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
-        self.net_renewals = 0     # network namespaces this server replaced because a run left a socket in one
         self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
         self.cgroup = None        # _Cgroup, or None: CPU from wait4, peaks max RSS
         self.pid_max = 32768
@@ -895,10 +894,8 @@ def _enter_isolation(mode, hidden):
             _enter_namespaces(st)
         except OSError as e:
             st.features["notes"].append(f"namespaces unavailable ({e}); running without them")
-    try:
-        _join_cgroups(st)
-    except OSError as e:
-        st.features["notes"].append(f"could not join the worker's cgroups ({e})")
+    for fd in st.cgroup.workers.values() if st.cgroup is not None and st.cgroup.version == "v1" else ():
+        _cg_write(fd, "cgroup.procs", "0")      # v1: the server joins its cgroups (the CPU cap holds its runs)
     try:
         st.statm_fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -994,7 +991,6 @@ class _Cgroup:
         self.files = _CG_FILES[version]
         self.seq = 0            # run k's directories are named run<k>
         self.run = {}           # {hierarchy dir: fd of the current run's directory}
-        self.stale = []         # (worker fd, name): run directories left to remove (processes still exiting)
 
 
 def _make_cgroups(st, texts=None):
@@ -1062,13 +1058,6 @@ def _v2_delegate(base_fd):
     _cg_write(base_fd, "cgroup.subtree_control", "+memory +pids +cpu")
 
 
-def _join_cgroups(st):
-    """v1: the server joins its worker cgroups (its runs start there: the CPU cap holds them)."""
-    if st.cgroup is not None and st.cgroup.version == "v1":
-        for fd in st.cgroup.workers.values():
-            _cg_write(fd, "cgroup.procs", "0")
-
-
 def _remove_stale_cgroups(parent_fd):
     """Remove the cgroups of workers killed before their shim could (named after the shim's pid, which is gone).
     Another user's live worker keeps its own: its pid exists, and a cgroup with processes cannot be removed."""
@@ -1076,46 +1065,43 @@ def _remove_stale_cgroups(parent_fd):
         parts = name.split("-")
         if name.startswith("corecode-sandbox-") and len(parts) == 4 and parts[2].isdigit():
             try:
-                os.kill(int(parts[2]), 0)
-                continue                      # alive (or a pid reused since: left for a later worker)
+                os.kill(int(parts[2]), 0)       # alive (or a pid reused since: left for a later worker)
             except ProcessLookupError:
-                pass
+                _rmdir_cgroup(parent_fd, name, tries=1)
             except PermissionError:
-                continue
-            _rmdir_cgroup(parent_fd, name)
+                pass
 
 
-def _rmdir_cgroup(parent_fd, name):
-    """Remove cgroup `name` and its run directories; False if one still has processes."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
+def _rmdir_cgroup(parent_fd, name, tries=50):
+    """Remove cgroup `name` and its run directories (run<k>: the shim has no /proc to ask), trying for up to a second
+    (a run's last processes may take a moment to leave); False if one still has processes."""
+    for _ in range(tries):
         try:
-            for sub in os.listdir(fd):
-                if sub.startswith("run"):      # run<k>: a run's directory (the shim has no /proc to ask)
-                    os.rmdir(sub, dir_fd=fd)
-        finally:
-            os.close(fd)
-        os.rmdir(name, dir_fd=parent_fd)
-        return True
-    except OSError:
-        return False
+            if not name.startswith("run"):
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
+                try:
+                    for sub in (s for s in os.listdir(fd) if s.startswith("run")):
+                        _rmdir_cgroup(fd, sub, tries=1)
+                finally:
+                    os.close(fd)
+            os.rmdir(name, dir_fd=parent_fd)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.02)
+    return False
 
 
 def _remove_cgroups(st):
-    """Remove the worker's cgroups (once the server and its runs are gone: their last tasks may take a moment to
-    leave, so up to a second of retries)."""
-    left = list(st.cgroup.parents.values()) if st.cgroup is not None else []
-    for _ in range(50):
-        left = [fd for fd in left if not _rmdir_cgroup(fd, st.cgroup.name)]
-        if not left:
-            return
-        time.sleep(0.02)
+    """Remove the worker's cgroups, once the server and its runs are gone."""
+    for fd in st.cgroup.parents.values() if st.cgroup is not None else ():
+        _rmdir_cgroup(fd, st.cgroup.name)
 
 
 def _cg_run_start(cg, memory_bytes):
     """A new cgroup for the next run, in every hierarchy, its limits set; returns the cgroup.procs fds the child
     writes itself into before any candidate code."""
-    _cg_retry_stale(cg)
     cg.seq += 1
     name = f"run{cg.seq}"
     # v1: the server's cpu cgroup holds the cap. A memory cgroup is new for each run (pages charged to the last one
@@ -1137,22 +1123,16 @@ def _cg_run_start(cg, memory_bytes):
     return [os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=fd) for fd in cg.run.values()]
 
 
-def _cg_cpu(cg):
-    """CPU seconds of the current run: every process it had, however it ended."""
-    usage = _cg_read(cg.run[cg.where["cpuacct"]], cg.files["cpu.usage"])
-    if cg.version == "v2":          # cpu.stat: "usage_usec N" first; core, present without the cpu controller
-        return int(dict(line.split() for line in usage.splitlines())["usage_usec"]) / 1e6
-    return int(usage) / 1e9         # cpuacct.usage: nanoseconds
-
-
 def _cg_figures(cg):
-    """(CPU seconds, peak bytes) of the current run from its cgroup: every process it had, at once."""
-    cpu = _cg_cpu(cg)
+    """(CPU seconds, peak bytes or None) of the current run from its cgroup: every process it had, at once."""
+    usage = _cg_read(cg.run[cg.where["cpuacct"]], cg.files["cpu.usage"])
+    # v2 cpu.stat: "usage_usec N" first (core, present without the cpu controller); v1 cpuacct.usage: nanoseconds.
+    cpu = int(dict(line.split() for line in usage.splitlines())["usage_usec"]) / 1e6 if cg.version == "v2" \
+        else int(usage) / 1e9
     try:
-        peak = int(_cg_read(cg.run[cg.where["memory"]], cg.files["memory.peak"]))
+        return cpu, int(_cg_read(cg.run[cg.where["memory"]], cg.files["memory.peak"]))
     except OSError:
-        peak = None
-    return cpu, peak
+        return cpu, None
 
 
 def _cg_kill(cg):
@@ -1176,22 +1156,10 @@ def _cg_kill(cg):
 
 
 def _cg_run_end(cg):
-    """The run's memory cgroup (v2: its cgroup), once its processes are gone (else retried before the next run)."""
+    """Remove the run's memory cgroup (v2: its cgroup) once its processes are gone; one that will not go (a process
+    still leaving after a second) goes with the worker's cgroup."""
     os.close(cg.run.pop(cg.where["memory"]))
-    cg.stale.append((cg.workers[cg.where["memory"]], f"run{cg.seq}"))
-    _cg_retry_stale(cg)
-
-
-def _cg_retry_stale(cg):
-    left = []
-    for wfd, name in cg.stale:
-        try:
-            os.rmdir(name, dir_fd=wfd)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            left.append((wfd, name))
-    cg.stale = left
+    _rmdir_cgroup(cg.workers[cg.where["memory"]], f"run{cg.seq}")
 
 
 def _sockets_left():
@@ -1237,9 +1205,7 @@ def _probe_run_namespaces(st):
     if pid == 0:
         try:
             if st.is_root:
-                os.setgroups([])
-                os.setresgid(RUN_UID, RUN_UID, RUN_UID)
-                os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+                _become(RUN_UID)
             _enter_run_namespaces(True)
             os._exit(0)
         except BaseException:
@@ -1355,6 +1321,12 @@ def _enter_run_namespaces(net=True):
         raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
 
 
+def _become(uid):
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
 def _child_confine(run):
     """In the forked child, before any candidate code: fds, session, namespaces, limits, privileges."""
     for fd in run["cgroup_procs"]:
@@ -1372,18 +1344,15 @@ def _child_confine(run):
     # As root, become nobody (which clears every capability). Then the run's own namespaces, whose capabilities
     # (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec cannot
     # give anything back (setuid, file capabilities).
-    if run["is_root"]:
-        os.setgroups([])
-        os.setresgid(RUN_UID, RUN_UID, RUN_UID)
-        os.setresuid(RUN_UID, RUN_UID, RUN_UID)
-    if run["run_namespaces"]:
-        _enter_run_namespaces(run["net_per_run"])
+    if _STATE.is_root:
+        _become(RUN_UID)
+    if _STATE.features["run_namespaces"]:
+        _enter_run_namespaces(_STATE.features["net"] == "per run")
     _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
     # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
     # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
-    cpu, memory = run["cpu_rlimit"], run["address_space"]
     # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
-    for limit, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, memory),
+    for limit, value in ((resource.RLIMIT_CPU, run["cpu_rlimit"]), (resource.RLIMIT_AS, run["address_space"]),
                          (resource.RLIMIT_FSIZE, FILE_SIZE_MB << 20), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
                          (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(limit, (value, value))
@@ -1483,7 +1452,7 @@ def _watch(pid, wall_limit, cpu_limit, t0):
         if left <= 0 and limit_hit is None:
             limit_hit = "timeout"
             _kill_run(pid)
-        if st.cgroup is not None and limit_hit is None and checked and _cg_cpu(st.cgroup) > cpu_limit:
+        if st.cgroup is not None and limit_hit is None and checked and _cg_figures(st.cgroup)[0] > cpu_limit:
             limit_hit = "cpu"               # the run's CPU over all its processes (RLIMIT_CPU counts one each)
             _kill_run(pid)
         timeout = max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None else 1.0
@@ -1513,21 +1482,14 @@ def _spawn_and_wait(job_fd, index, limits):
     what was written survives however the child ends (a hang after two answered tests keeps the two answers).
     The run is a child of this server, which is pid 1 of its PID namespace: every process the run leaves
     behind re-parents to us and is killed when the run ends. Its figures are its cgroup's (else wait4's)."""
-    st = _STATE
-    run_dir = _new_run_dir()
+    st, memory = _STATE, limits["memory_limit_mb"] << 20
     files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
     # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
     # With a cgroup the watchdog enforces the CPU limit on the sum (every 0.1 s); RLIMIT_CPU, a second later, is a
     # backstop (its tick-based count ran ~30% ahead of the kernel's exact one here under a loaded hypervisor).
-    run = dict(files, job=job_fd, index=index, dir=run_dir, time_limit_s=limits["time_limit_s"],
+    run = dict(files, job=job_fd, index=index, dir=_new_run_dir(), address_space=_statm(0) + memory,
                cpu_rlimit=_cpu_rlimit(limits["time_limit_s"]) + (st.cgroup is not None),
-               is_root=st.is_root, address_space=_statm(0) + limits["memory_limit_mb"] * (1 << 20),
-               run_namespaces=st.features["run_namespaces"], net_per_run=st.features["net"] == "per run",
-               cgroup_procs=[])
-    sys.stdout.flush()         # the child inherits these objects: nothing of ours may be left buffered
-    sys.stderr.flush()
-    if st.cgroup is not None:
-        run["cgroup_procs"] = _cg_run_start(st.cgroup, limits["memory_limit_mb"] << 20)
+               cgroup_procs=_cg_run_start(st.cgroup, memory) if st.cgroup is not None else [])
     if st.last_pid_fd is not None:
         # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
         os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
@@ -1552,13 +1514,12 @@ def _spawn_and_wait(job_fd, index, limits):
         peak_kb = max(peak_kb, usage.ru_maxrss - rss_kb)
     if st.features["net"] == "renewed" and _sockets_left():
         _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
-        st.net_renewals += 1
     if st.cgroup is not None:
         # Every process the run had, however it ended; the sum of every page charged to them, at its highest.
         cpu_s, peak = _cg_figures(st.cgroup)
         peak_kb = peak // 1024 if peak is not None and st.features["memory"] == "cgroup" else peak_kb
         _cg_run_end(st.cgroup)
-    _drop_run_dir(run_dir)
+    _drop_run_dir(run["dir"])
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": max(0, peak_kb), "wall_s": wall}
