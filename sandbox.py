@@ -1951,50 +1951,41 @@ def _failure_verdict(entry):
 
 _OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT_LIMIT_BYTES} bytes, or result lines "
                          "over what the judge reads of them)")
-
-
-def _termination_verdict(run, job):
-    """Why a run was stopped, as (verdict, message): a limit or a signal; None when it ended by itself."""
-    if run["limit"] == "timeout":
-        return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
-    if run["limit"] == "output_limit":
-        return "output_limit", _OUTPUT_LIMIT_MESSAGE
-    if run["limit"] == "cpu":
-        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded by the run's processes together"
-    sig = run["signal"]
-    if sig is None:
-        return None
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = str(sig)
-    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
-        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
-    if run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
-        return "memory", f"killed by {name} near the memory limit"
-    return "killed", f"killed by signal {name}"
-
-
-def _run_problem(run, job, stage):
-    """Why a run did not end normally: its termination, else the exception it reported; None if neither."""
-    term = _termination_verdict(run, job)
-    return term or (_failure_verdict(stage["failure"]) if "failure" in stage else None)
-
-
+# The limits the server reports (run["limit"]) as (verdict, message); its other one, "client_gone", never reaches us.
+_LIMITS = {"timeout": ("timeout", "wall-clock limit ({wall:.1f} s) exceeded"),
+           "output_limit": ("output_limit", _OUTPUT_LIMIT_MESSAGE),
+           "cpu": ("timeout", "CPU limit ({cpu} s) exceeded by the run's processes together")}
+_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 _WHERE = {"program": "the program raised", "setup": "the test setup raised", "prelude": "the prelude raised",
           "sandbox": "sandbox setup failed:"}
+_ENDED_EARLY = ("the program ended before this test ran (exit status {}): sys.exit / os._exit or a closed result "
+                "channel")
 
 
-def _stop_reason(run, job, stage):
-    """(verdict, message) for the tests the child never answered."""
-    term = _termination_verdict(run, job)
-    if term:
-        return term
-    if "failure" in stage:
-        verdict, message = _failure_verdict(stage["failure"])
-        return verdict, f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}"
-    return "error", (f"the program ended before this test ran (exit status {run['exit']}): "
-                     "sys.exit / os._exit or a closed result channel")
+def _stop_reason(run, job, stage, where=True):
+    """Why a run did not end normally, as (verdict, message): a limit or a signal stopped it, else the child reported
+    an exception (where=True: the message says where it was raised); None when neither."""
+    if run["limit"] in _LIMITS:
+        verdict, message = _LIMITS[run["limit"]]
+        return verdict, message.format(wall=job.time_limit_s * WALL_FACTOR + WALL_SLACK_S, cpu=job.time_limit_s)
+    sig = run["signal"]
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
+        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
+    if sig is not None and run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
+        return "memory", f"killed by {_SIGNAL_NAMES.get(sig, sig)} near the memory limit"
+    if sig is not None:
+        return "killed", f"killed by signal {_SIGNAL_NAMES.get(sig, sig)}"
+    if "failure" not in stage:
+        return None
+    verdict, message = _failure_verdict(stage["failure"])
+    return verdict, (f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}" if where else message)
+
+
+def _over_time(job, run):
+    """(verdict, message) for a run that ended by itself over its CPU time (RLIMIT_CPU has whole seconds), else None."""
+    if run["cpu_s"] <= job.time_limit_s:
+        return None
+    return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
 
 
 class _ShortRepr(reprlib.Repr):
@@ -2081,9 +2072,7 @@ def _utf8(text):
 
 def _finish(job, tests, runs, error=""):
     """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
-    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
-    cpu = sum(r["cpu_s"] for r in runs)
-    peak = max([r["peak_kb"] * 1024 for r in runs] or [0])
+    cpu, peak_kb = sum(r["cpu_s"] for r in runs), max([r["peak_kb"] for r in runs] or [0])
     if job.kind == "assert" and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
@@ -2092,24 +2081,35 @@ def _finish(job, tests, runs, error=""):
         # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
         tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
                  for t in tests]
-    passed = sum(t.verdict == "passed" for t in tests)
+    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
     first_bad = next((t for t in tests if t.verdict != "passed"), None)
     return ProgramResult(verdict=first_bad.verdict if first_bad else ("error" if error else "passed"), tests=tests,
-                         passed=passed, total=len(tests), cpu_s=cpu, wall_s=sum(r["wall_s"] for r in runs),
-                         peak_bytes=peak, stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
+                         passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
+                         wall_s=sum(r["wall_s"] for r in runs), peak_bytes=peak_kb * 1024,
+                         stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
                          stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
                          error=_utf8(error) or (first_bad.error if first_bad else ""))
 
 
 def _execute_assert(worker, job):
-    """The assert tests of `job`: one run; the parent runs the rewritten statements on its values. The child gets
-    only what it evaluates: the snippets that call the candidate, their arguments, and the part of the setup they
-    read (_child_setup)."""
+    """The assert tests of `job` -> ProgramResult: one run; the parent runs the rewritten statements on its values.
+    The child gets only what it evaluates: the snippets that call the candidate, their arguments, and the part of
+    the setup they read (_child_setup)."""
     ns, splits = _split_job(job)
     snippets = [s for _, p, _ in splits for s in p.snippets]
-    extra = {"snippets": snippets, "args": [a for _, _, args in splits for a in args],
-             "setup": _child_setup(job.setup, tuple(snippets)) if job.setup else ""}
-    return _judge_assert(job, ns, splits, worker.run(job, **extra))
+    run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
+                     setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
+    stage, values = _parse_lines(run["lines"])
+    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
+    tests, error = _assert_results(ns, splits, values, stop), ""
+    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
+    # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
+    # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
+    if "ready" not in stage or "failure" in stage:
+        tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
+        failure = stage.get("failure")
+        error = f"{failure.get('stage')}: {_failure_verdict(failure)[1]}" if failure else f"{stop[0]}: {stop[1]}"
+    return _finish(job, tests, [run], error)
 
 
 @lru_cache(maxsize=1024)
@@ -2132,22 +2132,6 @@ def _child_setup(setup: str, snippets: tuple) -> str:
     return "\n".join(ast.unparse(node) for node in reversed(kept))
 
 
-def _judge_assert(job, ns, splits, runs):
-    """`job`'s ProgramResult from its run."""
-    stage, values = _parse_lines(runs[0]["lines"])
-    stop = _stop_reason(runs[0], job, stage)
-    tests, error = _assert_results(ns, splits, values, stop), ""
-    if "failure" in stage:
-        error = f"{stage['failure'].get('stage')}: {_failure_verdict(stage['failure'])[1]}"
-    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
-    # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
-    # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
-    if "ready" not in stage or "failure" in stage:
-        tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
-        error = error or f"{stop[0]}: {stop[1]}"
-    return _finish(job, tests, runs, error)
-
-
 def _execute_on(worker, job):
     """All of `job`'s tests on `worker` -> ProgramResult (raises _WorkerDied). Assert tests: one run of
     the program. Functional and stdio: one run per test; with job.stop_on_failure the tests go in chunks
@@ -2155,53 +2139,36 @@ def _execute_on(worker, job):
     twice the runs up to that test)."""
     if job.kind == "assert":
         return _execute_assert(worker, job)
-    n = len(job.cases)
-    bounds, lo = [(0, n)], 0
-    if job.stop_on_failure:
-        bounds = []
-        while lo < n:
-            bounds.append((lo, min(n, 2 * lo + 1)))
-            lo = bounds[-1][1]
+    judge = _judge_functional if job.kind == "functional" else _judge_stdio
     expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
     budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
-    tests, runs = [], []
     keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
-    for lo, hi in bounds or [(0, 0)]:
-        part = job._replace(cases=job.cases[lo:hi])
-        part_runs = worker.run(part, keep=keep)
-        judge = _judge_functional if job.kind == "functional" else _judge_stdio
-        part_tests = [judge(job, case, run, budget) for case, run in zip(part.cases, part_runs)]
-        pending = [(i, (case, run)) for i, (case, run, t) in enumerate(zip(part.cases, part_runs, part_tests))
-                   if t is None]
-        if pending:
-            for (i, _), t in zip(pending, _run_checker(worker, job, [p for _, p in pending])):
-                part_tests[i] = t
-        tests += part_tests
-        runs += part_runs
-        if any(t.verdict != "passed" for t in tests):
+    n, lo, tests, runs = len(job.cases), 0, [], []
+    while True:
+        hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
+        part = job.cases[lo:hi]
+        part_runs = worker.run(job._replace(cases=part), keep=keep)
+        tests += _run_checker(worker, job, part, part_runs, [judge(job, c, r, budget) for c, r in zip(part, part_runs)])
+        runs, lo = runs + part_runs, hi
+        if lo >= n or any(t.verdict != "passed" for t in tests):
             break
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
     return _finish(job, tests + [skipped] * (n - len(tests)), runs)
 
 
-def _over_time(job, run, got=""):
-    if job.time_limit_s < run["cpu_s"]:
-        return TestResult("timeout", got, f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s")
-    return None
-
-
 def _judge_functional(job, case, run, budget):
-    """One functional test from its own run -> TestResult."""
+    """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
+    its top level (the "ready" line and no failure), compared with the expected one."""
     stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage)
+    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
     try:
         if "ready" not in stage or "failure" in stage:
             raise _CandidateFailure(*stop)
         value = _value_from_entry(values.get(0), job.fn_name or "call", stop, budget)
     except _CandidateFailure as e:
         return TestResult(e.verdict, error=e.message)
-    if _over_time(job, run):
-        return _over_time(job, run)
+    if late := _over_time(job, run):
+        return TestResult(late[0], error=late[1])
     try:
         expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
     except ValueError as e:
@@ -2217,11 +2184,9 @@ def _judge_functional(job, case, run, budget):
 def _judge_stdio(job, case, run, budget):
     """One stdio test from its own run -> TestResult, or None when the benchmark's checker must judge it."""
     got = run["stdout"][:EXCERPT_CHARS]
-    problem = _run_problem(run, job, _parse_lines(run["lines"])[0])
+    problem = _stop_reason(run, job, _parse_lines(run["lines"])[0], where=False) or _over_time(job, run)
     if problem:
         return TestResult(problem[0], got=got, error=problem[1])
-    if _over_time(job, run):
-        return _over_time(job, run, got)
     # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
     expected = str(case["output"])
     if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
@@ -2251,26 +2216,25 @@ def _checker_text(text):
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def _run_checker(worker, job, pending):
-    """Judge outputs with the benchmark's checker, itself untrusted code run like a program: one run per
-    output, fed the input, the expected answer and the output. pending: [(case, run)] -> [TestResult].
-    The checker's CPU time is not the program's."""
-    cases = [{"input": json.dumps({"input": str(case["input"]), "answer": _checker_text(str(case["output"])),
-                                   "output": _checker_text(run["stdout"])}), "output": ""} for case, run in pending]
-    checker = Job(program=job.checker, kind="stdio", cases=cases, prelude=CHECKER_PRELUDE,
+def _run_checker(worker, job, cases, runs, tests):
+    """`tests` with each None (an output the benchmark's checker must judge) judged by that checker, itself untrusted
+    code run like a program: one run per output, fed the input, the expected answer and the output. The checker's
+    CPU time is not the program's."""
+    pending = [i for i, t in enumerate(tests) if t is None]
+    if not pending:
+        return tests
+    checks = [{"input": json.dumps({"input": str(cases[i]["input"]), "answer": _checker_text(str(cases[i]["output"])),
+                                    "output": _checker_text(runs[i]["stdout"])}), "output": ""} for i in pending]
+    checker = Job(program=job.checker, kind="stdio", cases=checks, prelude=CHECKER_PRELUDE,
                   time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
-    out = []
-    for (case, run), crun in zip(pending, worker.run(checker)):
-        got = run["stdout"][:EXCERPT_CHARS]
-        problem = _run_problem(crun, checker, _parse_lines(crun["lines"])[0])
+    for i, crun in zip(pending, worker.run(checker)):
+        problem = _stop_reason(crun, checker, _parse_lines(crun["lines"])[0], where=False)
         said = crun["stdout"].strip()
-        if problem is None and said in ("1", "100"):
-            out.append(TestResult("passed", got=got))
-        elif problem is None:
-            out.append(TestResult("failed", got=got, error=f"the checker rejected the output: {said[:200]!r}"))
-        else:      # a malformed output often crashes a checker: the output is not accepted
-            out.append(TestResult("failed", got=got, error=f"the checker did not accept the output: {problem[1]}"))
-    return out
+        # A malformed output often crashes a checker: the output is not accepted.
+        error = (f"the checker did not accept the output: {problem[1]}" if problem else
+                 "" if said in ("1", "100") else f"the checker rejected the output: {said[:200]!r}")
+        tests[i] = TestResult("failed" if error else "passed", got=runs[i]["stdout"][:EXCERPT_CHARS], error=error)
+    return tests
 
 
 # ---------------------------------------------------------------------------------------------------
