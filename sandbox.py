@@ -1839,10 +1839,11 @@ class _Worker:
         self.start()
 
     def run(self, job, keep=None, **extra):
-        """Send `job` (no expected values, ever) and return its runs: of each, what _ReplyCaps allows is kept (the
-        rest read and dropped); a run whose result lines were cut is an "output_limit" (the lines kept are the first
-        ones: a failure reported after them must not be lost). keep: the job's [bytes] of result lines the parent
-        still keeps, shared by the requests of one job. Raises _WorkerDied."""
+        """Send `job` (no expected values, ever) and return its runs, of each what the parent keeps (see below); a run
+        whose result lines were cut is an "output_limit" (the lines kept are the first ones: a failure reported after
+        them must not be lost). keep: the job's [bytes] of result lines the parent still keeps (_job_result_bytes),
+        shared by the requests of one job run in parts. Raises _WorkerDied."""
+        snippets = extra.get("snippets", ())
         req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
                "setup": job.setup if job.kind != "stdio" else "", **extra}
         inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
@@ -1855,17 +1856,27 @@ class _Worker:
         # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
         deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
             + REPLY_SLACK_S
-        caps, runs = _ReplyCaps(job, len(extra.get("snippets", ())), keep), []
+        # What the parent keeps of the runs, so judging a program costs this process a bounded amount over all its
+        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
+        # of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the
+        # judge can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio:
+        # status lines only), at most that many lines (the child's own + 16 status lines); stdout of a stdio test up
+        # to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never
+        # sent to the server), else its last 2,000 bytes. Per job: `keep`. The rest is read and dropped.
+        keep = keep or [_job_result_bytes(job, len(snippets))]
+        per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
+        n_lines, runs = len(snippets) + 16, []
         while (msg := self.message(deadline))["op"] == "run":
-            sizes = msg.pop("sizes")
-            n_results, n_lines, head, tail = caps.of(len(runs))
+            sizes, i, n_results = msg.pop("sizes"), len(runs), min(per_run, max(keep[0], 0))
+            expected = len(str(job.cases[i]["output"])) if job.kind == "stdio" and i < len(job.cases) else 0
+            head, tail = (STDIO_LENGTH_FACTOR * expected + 4097, 0) if job.kind == "stdio" else (0, EXCERPT_CHARS)
             results = self.take(sizes[0], n_results, 0, deadline)
+            keep[0] -= len(results)
             run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
                        stdout=self.take(sizes[1], head, tail, deadline), stdout_size=sizes[1],
                        stderr=self.take(sizes[2], sizes[2], 0, deadline))   # the server sends 2,000 bytes of it
             if sizes[0] > n_results and run["limit"] is None:
                 run["limit"] = "output_limit"
-            caps.kept(len(results))
             runs.append(run)
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
@@ -1880,42 +1891,18 @@ class _Worker:
         return (data + self.recv(tail, deadline)).decode("utf-8", "replace")
 
 
-class _ReplyCaps:
-    """What the parent keeps of one job's runs, so judging a program costs this process a bounded amount over all
-    its tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
-    of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the judge
-    can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio: status lines
-    only) and at most that many lines; stdout of a stdio test up to what _judge_stdio compares (its expected
-    output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never sent to the server), else its last 2,000 bytes.
-    Per job (`keep`, shared by the requests of a job run in parts): the result bytes of all its runs together."""
-
-    def __init__(self, job, n_snippets, keep):
-        self.job, self.keep = job, keep if keep is not None else [_job_result_bytes(job, n_snippets)]
-        self.n_lines = n_snippets + 16 if job.kind == "assert" else 16      # the child's own lines + status lines
-        self.per_run = {"assert": self.keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10),
-                        "stdio": 64 << 10}[job.kind]
-
-    def of(self, i):
-        """(result bytes, result lines, stdout head, stdout tail) kept of run i of this request."""
-        results = min(self.per_run, max(self.keep[0], 0))
-        if self.job.kind != "stdio":
-            return results, self.n_lines, 0, EXCERPT_CHARS
-        expected = len(str(self.job.cases[i]["output"])) if i < len(self.job.cases) else 0
-        return results, self.n_lines, STDIO_LENGTH_FACTOR * expected + 4097, 0
-
-    def kept(self, n):
-        self.keep[0] -= n
+def _value_budget(job):
+    """The bytes of value text the parent decodes for a job: PARENT_BUDGET_BYTES, and for a functional job also
+    STDIO_LENGTH_FACTOR x the JSON text of its expected outputs (a right answer must fit); stdio: none."""
+    expected = [c["output"] for c in job.cases if isinstance(c["output"], str)] if job.kind == "functional" else []
+    return 0 if job.kind == "stdio" else PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(map(len, expected))
 
 
 def _job_result_bytes(job, n_snippets):
-    """A job's result bytes kept over all its runs: the value text the parent decodes (escaped at most 2x in a
-    line), plus 64 KB of status lines per run and 64 bytes of framing per value."""
+    """A job's result bytes kept over all its runs: its value text (escaped at most 2x in a line), plus 64 KB of
+    status lines per run and 64 bytes of framing per value."""
     runs = 1 if job.kind == "assert" else max(1, len(job.cases))
-    values = PARENT_BUDGET_BYTES if job.kind == "assert" else 0
-    if job.kind == "functional":            # as the value budget of _execute_on
-        values = PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(len(c["output"]) for c in job.cases
-                                                                 if isinstance(c["output"], str))
-    return 2 * values + runs * (64 << 10) + 64 * n_snippets
+    return 2 * _value_budget(job) + runs * (64 << 10) + 64 * n_snippets
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -2140,8 +2127,7 @@ def _execute_on(worker, job):
     if job.kind == "assert":
         return _execute_assert(worker, job)
     judge = _judge_functional if job.kind == "functional" else _judge_stdio
-    expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
-    budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
+    budget = [_value_budget(job)]           # what the parent still decodes of the job's values, over all its runs
     keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
     n, lo, tests, runs = len(job.cases), 0, [], []
     while True:
