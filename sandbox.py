@@ -2238,16 +2238,14 @@ class SandboxPool:
         if isolation not in ("auto", "none"):
             raise ValueError("isolation must be 'auto' or 'none'")
         n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        self._workers = []
+        self._workers, self._idle = [], queue.SimpleQueue()
         try:
             for _ in range(n):
                 self._workers.append(_Worker(isolation, protect))
+                self._idle.put(self._workers[-1])
         except BaseException:
             self.close()
             raise
-        self._idle = queue.SimpleQueue()
-        for w in self._workers:
-            self._idle.put(w)
         self.isolation = dict(self._workers[0].features)
         # The weakest worker's mode (they start alike; a self-check can still differ).
         modes = [_mode(w.features) for w in self._workers]
@@ -2257,28 +2255,6 @@ class SandboxPool:
     def size(self):
         return len(self._workers)
 
-    def _run_one(self, worker, job):
-        """`job` run job.repeat times while every run passes. Each run is judged in full, as the first: a repeat
-        that does not pass makes the result that run's (a program that passes only sometimes, or that behaves
-        differently when measured again, is not a solution), so the figures of a passing result all come from
-        runs that passed. A worker that died or hung is replaced and its job reported as an error."""
-        runs, repeat = [], max(1, int(job.repeat))
-        try:
-            runs.append(_execute_on(worker, job))
-            while len(runs) < repeat and runs[-1].verdict == "passed":
-                runs.append(_execute_on(worker, job))
-        except _WorkerDied as e:
-            worker.restart()
-            return _died(job, e)
-        if len(runs) == 1:
-            return runs[0]
-        cpu_runs = tuple(r.cpu_s for r in runs)
-        if runs[-1].verdict != "passed":
-            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
-                                                              f"(each repeat is judged): {runs[-1].error}")
-        return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
-                                peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
-
     def run(self, jobs: list) -> list:
         """Run jobs in parallel over the workers; results in the same order as jobs."""
         if not self._workers:
@@ -2287,41 +2263,45 @@ class SandboxPool:
         for job in jobs:
             if job.kind not in ("assert", "functional", "stdio"):
                 raise ValueError(f"unknown job kind {job.kind!r} (expected assert, functional or stdio)")
-
-        results, todo = [None] * len(jobs), collections.deque(enumerate(jobs))
-
-        def take():
-            try:
-                return todo.popleft()          # atomic: each job goes to one worker, in order
-            except IndexError:
-                return None
-
         # One client thread per busy worker: each blocks on its worker's pipe, so the GIL is free while the
-        # workers run. A bug on our side is re-raised here, never lost.
+        # workers run. A bug on our side is re-raised here, never lost. With one worker busy its jobs run in this
+        # thread, where a Ctrl-C interrupts the run in progress.
         n = min(len(self._workers), len(jobs))
         if n <= 1:
-            self._drive(take, results)
-            return results
+            return [self._run_one(job) for job in jobs]
         import concurrent.futures      # client-only: see "Records"
         with concurrent.futures.ThreadPoolExecutor(n) as threads:
-            list(threads.map(lambda _: self._drive(take, results), range(n)))
-        return results
+            return list(threads.map(self._run_one, jobs))
 
-    def _drive(self, take, results):
-        """One worker's share of a batch: one job at a time. (Sending an assert job's request while the one before
-        still ran saved ~0.3 ms a job and took 90 lines of recovery code: gone, the run itself now costs more.)"""
-        worker = self._idle.get()
+    def _run_one(self, job):
+        """`job` on an idle worker, run job.repeat times while every run passes. Each run is judged in full, as the
+        first: a repeat that does not pass makes the result that run's (a program that passes only sometimes, or that
+        behaves differently when measured again, is not a solution), so the figures of a passing result all come
+        from runs that passed. A worker that died or hung is replaced and its job reported as an error. One job at a
+        time: sending an assert job's request while the one before still ran saved ~0.3 ms a job and took 90 lines of
+        recovery code, gone (the run itself now costs more)."""
+        worker, runs, repeat = self._idle.get(), [], max(1, int(job.repeat))
         try:
-            while True:
-                item = take()
-                if item is None:
-                    return
-                results[item[0]] = self._run_one(worker, item[1])
+            runs.append(_execute_on(worker, job))
+            while len(runs) < repeat and runs[-1].verdict == "passed":
+                runs.append(_execute_on(worker, job))
+        except _WorkerDied as e:
+            worker.restart()
+            return ProgramResult("error", [TestResult("error", error=str(e))] * len(job.cases), 0, len(job.cases),
+                                 0.0, 0.0, 0, error=str(e))
         except BaseException:
             worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
             raise
         finally:
             self._idle.put(worker)
+        if len(runs) == 1:
+            return runs[0]
+        cpu_runs = tuple(r.cpu_s for r in runs)
+        if runs[-1].verdict != "passed":
+            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
+                                                              f"(each repeat is judged): {runs[-1].error}")
+        return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
+                                peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
 
     def close(self):
         for w in self._workers:
@@ -2333,12 +2313,6 @@ class SandboxPool:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _died(job, e):
-    """The result of a job whose worker died or hung."""
-    return ProgramResult("error", [TestResult("error", error=str(e)) for _ in job.cases], 0, len(job.cases),
-                         0.0, 0.0, 0, error=str(e))
 
 
 def _clip(text, n=400):
