@@ -2330,13 +2330,10 @@ def feedback(job: Job, result: ProgramResult, max_cases: int = 1) -> str:
                                                          else "No tests were run.")
     parts = []
     for case, t in bad[:max_cases]:
-        if job.kind == "assert":
-            lines = [f"Test: {_clip(case)}"]
-        else:
-            lines = [f"Input:\n{_clip(case['input'])}", f"Expected output:\n{_clip(case['output'])}"]
-        lines.append(f"Verdict: {t.verdict}")
-        lines += [f"Got: {_clip(t.got)}"] if t.got else []
-        lines += [f"Error: {_clip(t.error)}"] if t.error else []
+        lines = ([f"Test: {_clip(case)}"] if job.kind == "assert" else
+                 [f"Input:\n{_clip(case['input'])}", f"Expected output:\n{_clip(case['output'])}"])
+        lines += [f"Verdict: {t.verdict}"] + [f"{name}: {_clip(text)}" for name, text in (("Got", t.got),
+                                                                                          ("Error", t.error)) if text]
         parts.append("\n".join(lines))
     more = len(bad) - max_cases
     return _utf8("\n\n".join(parts) + (f"\n({more} more failing tests)" if more > 0 else ""))
@@ -2359,17 +2356,14 @@ def _mode(features):
     isolated = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
                     and not features.get("exposed", ["?"]))
     cpu, memory = features.get("cpu") == "cgroup", features.get("memory") == "cgroup"
-    missing = []
-    if not isolated:
-        seen = features.get("exposed") or []
-        why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
-        missing.append(f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}")
-    if not cpu:
-        missing.append("CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); "
-                       + _HOW_COUNTED)
-    if not memory:
-        missing.append("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes "
-                       "uncounted, the memory limit per process); " + _HOW_COUNTED)
+    seen = features.get("exposed") or []
+    why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
+    missing = [line for line, held in (
+        (f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}", isolated),
+        (f"CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); {_HOW_COUNTED}",
+         cpu),
+        ("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes uncounted, the memory "
+         f"limit per process); {_HOW_COUNTED}", memory)) if not held]
     name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
         (isolated, cpu and memory), "none")
     return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory, "missing": missing}
@@ -2378,11 +2372,12 @@ def _mode(features):
 def mode_line(mode) -> str:
     """One line for the first lines of train.py / evaluate.py output."""
     counted = [k for k in ("cpu", "memory") if mode[f"{k}_counted"]]
-    what = {2: "CPU and memory counted per run (cgroup)", 1: f"only {counted[0] if counted else ''} counted per run "
-            "(cgroup)", 0: "CPU and memory NOT counted per run (no cgroup)"}[len(counted)]
+    what = ("CPU and memory counted per run (cgroup)" if len(counted) == 2 else
+            f"only {counted[0]} counted per run (cgroup)" if counted else
+            "CPU and memory NOT counted per run (no cgroup)")
     iso = "runs isolated (namespaces, minimal root)" if mode["isolated"] else "runs NOT isolated"
-    return f"sandbox: {mode['name']}: {iso}; {what}" + ("" if not mode["missing"] else
-                                                       f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})")
+    missing = f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})" if mode["missing"] else ""
+    return f"sandbox: {mode['name']}: {iso}; {what}{missing}"
 
 
 def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
@@ -2391,9 +2386,8 @@ def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, 
     if not mode["isolated"] and not allow_unisolated:
         return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
                 "pass --allow-unisolated to run it with your user's rights anyway")
-    uncounted = [m for m, need, ok in (("CPU", need_cpu, mode["cpu_counted"]), ("memory", need_memory,
-                                                                                  mode["memory_counted"]))
-                 if need and not ok]
+    uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
+                                            ("memory", need_memory, mode["memory_counted"])) if need and not counted]
     if uncounted and not allow_uncounted:
         return (f"sandbox: refusing a {' and '.join(uncounted)} reward term the sandbox cannot count in full "
                 f"({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use it anyway")
@@ -2403,24 +2397,6 @@ def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, 
 # ---------------------------------------------------------------------------------------------------
 # CLI: `python sandbox.py PROG.py --test STMT` runs one program; `--probe` prints the active isolation.
 # ---------------------------------------------------------------------------------------------------
-def _positive_seconds(text):
-    """argparse type for --time-limit: a finite number of seconds > 0 (RLIMIT_CPU needs one)."""
-    import argparse
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
-def _cli_fail(message):
-    """A usage failure: one line on stderr, exit status 2 (no traceback)."""
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def _main(argv):
     import argparse
     p = argparse.ArgumentParser(
@@ -2434,21 +2410,24 @@ def _main(argv):
     p.add_argument("--probe", action="store_true", help="print which isolation features are active")
     p.add_argument("program", nargs="?", help="a Python file to run against --test statements")
     p.add_argument("--test", action="append", default=[], help="an assert statement (repeatable)")
-    p.add_argument("--time-limit", type=_positive_seconds, default=4.0, metavar="SECONDS",
+    p.add_argument("--time-limit", type=float, default=4.0, metavar="SECONDS",
                    help="CPU seconds for the program's top level and all its tests together; the wall-clock "
                         f"limit is {WALL_FACTOR:g}x this + {WALL_SLACK_S:g} s (default: %(default)s)")
     args = p.parse_args(argv)
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):       # RLIMIT_CPU needs a finite limit
+        p.error(f"argument --time-limit: must be a positive number of seconds, got {args.time_limit}")
     if args.test and not args.program:
-        return _cli_fail("--test needs a PROGRAM file to run the tests against")
+        p.error("--test needs a PROGRAM file to run the tests against")
     program = None
     if args.program and not args.probe:
-        # Read before starting any worker: a wrong path is a usage error, not a sandbox run.
+        # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
         try:
             with open(args.program, encoding="utf-8") as f:
                 program = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            return _cli_fail(f"cannot read program file {args.program!r}: {reason}")
+            print(f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}",
+                  file=sys.stderr)
+            return 2
     with SandboxPool(1, isolation=args.isolation) as pool:
         if program is None:
             print(json.dumps(pool.mode, indent=1))
