@@ -2436,12 +2436,9 @@ def _main(argv):
         job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
         result = pool.run([job])[0]
         print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
-        # feedback() describes failing tests; when none failed but the verdict is not "passed" (a program
-        # error with no tests), say that instead of "All tests passed".
-        if result.verdict != "passed" and all(t.verdict == "passed" for t in result.tests):
-            print(f"The program failed: {result.error or result.verdict}")
-        else:
-            print(feedback(job, result, max_cases=3))
+        # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
+        # test (_execute_assert), and without tests feedback() says why the program failed.
+        print(feedback(job, result, max_cases=3))
         return 0 if result.verdict == "passed" else 1
 
 
