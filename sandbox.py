@@ -1822,6 +1822,7 @@ class _Worker:
         return json.loads(self.recv(int(self.recv(8, deadline)), deadline))
 
     def stop(self, timeout=2.0):
+        """End the server: its stdin closes (it exits), and its session is killed if it has not within `timeout`."""
         import subprocess
         try:
             self.proc.stdin.close()
@@ -1835,6 +1836,7 @@ class _Worker:
         self.proc.stdout.close()
 
     def restart(self):
+        """A fresh server in place of this one (gone, wedged, or with a reply half read)."""
         self.stop(timeout=0.5)
         self.start()
 
