@@ -1771,6 +1771,7 @@ class _Worker:
         return json.loads(self.recv(int(self.recv(8, deadline)), deadline))
 
     def stop(self, timeout=2.0):
+        """End the server: its stdin closes (it exits), and its session is killed if it has not within `timeout`."""
         import subprocess
         try:
             self.proc.stdin.close()
@@ -1784,14 +1785,16 @@ class _Worker:
         self.proc.stdout.close()
 
     def restart(self):
+        """A fresh server in place of this one (gone, wedged, or with a reply half read)."""
         self.stop(timeout=0.5)
         self.start()
 
     def run(self, job, keep=None, **extra):
-        """Send `job` (no expected values, ever) and return its runs: of each, what _ReplyCaps allows is kept (the
-        rest read and dropped); a run whose result lines were cut is an "output_limit" (the lines kept are the first
-        ones: a failure reported after them must not be lost). keep: the job's [bytes] of result lines the parent
-        still keeps, shared by the requests of one job. Raises _WorkerDied."""
+        """Send `job` (no expected values, ever) and return its runs, of each what the parent keeps (see below); a run
+        whose result lines were cut is an "output_limit" (the lines kept are the first ones: a failure reported after
+        them must not be lost). keep: the job's [bytes] of result lines the parent still keeps (_job_result_bytes),
+        shared by the requests of one job run in parts. Raises _WorkerDied."""
+        snippets = extra.get("snippets", ())
         req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
                "setup": job.setup if job.kind != "stdio" else "", **extra}
         inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
@@ -1804,17 +1807,27 @@ class _Worker:
         # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
         deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
             + REPLY_SLACK_S
-        caps, runs = _ReplyCaps(job, len(extra.get("snippets", ())), keep), []
+        # What the parent keeps of the runs, so judging a program costs this process a bounded amount over all its
+        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
+        # of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the
+        # judge can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio:
+        # status lines only), at most that many lines (the child's own + 16 status lines); stdout of a stdio test up
+        # to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never
+        # sent to the server), else its last 2,000 bytes. Per job: `keep`. The rest is read and dropped.
+        keep = keep or [_job_result_bytes(job, len(snippets))]
+        per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
+        n_lines, runs = len(snippets) + 16, []
         while (msg := self.message(deadline))["op"] == "run":
-            sizes = msg.pop("sizes")
-            n_results, n_lines, head, tail = caps.of(len(runs))
+            sizes, i, n_results = msg.pop("sizes"), len(runs), min(per_run, max(keep[0], 0))
+            expected = len(str(job.cases[i]["output"])) if job.kind == "stdio" and i < len(job.cases) else 0
+            head, tail = (STDIO_LENGTH_FACTOR * expected + 4097, 0) if job.kind == "stdio" else (0, EXCERPT_CHARS)
             results = self.take(sizes[0], n_results, 0, deadline)
+            keep[0] -= len(results)
             run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
                        stdout=self.take(sizes[1], head, tail, deadline), stdout_size=sizes[1],
                        stderr=self.take(sizes[2], sizes[2], 0, deadline))   # the server sends 2,000 bytes of it
             if sizes[0] > n_results and run["limit"] is None:
                 run["limit"] = "output_limit"
-            caps.kept(len(results))
             runs.append(run)
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
@@ -1829,42 +1842,18 @@ class _Worker:
         return (data + self.recv(tail, deadline)).decode("utf-8", "replace")
 
 
-class _ReplyCaps:
-    """What the parent keeps of one job's runs, so judging a program costs this process a bounded amount over all
-    its tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
-    of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the judge
-    can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio: status lines
-    only) and at most that many lines; stdout of a stdio test up to what _judge_stdio compares (its expected
-    output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never sent to the server), else its last 2,000 bytes.
-    Per job (`keep`, shared by the requests of a job run in parts): the result bytes of all its runs together."""
-
-    def __init__(self, job, n_snippets, keep):
-        self.job, self.keep = job, keep if keep is not None else [_job_result_bytes(job, n_snippets)]
-        self.n_lines = n_snippets + 16 if job.kind == "assert" else 16      # the child's own lines + status lines
-        self.per_run = {"assert": self.keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10),
-                        "stdio": 64 << 10}[job.kind]
-
-    def of(self, i):
-        """(result bytes, result lines, stdout head, stdout tail) kept of run i of this request."""
-        results = min(self.per_run, max(self.keep[0], 0))
-        if self.job.kind != "stdio":
-            return results, self.n_lines, 0, EXCERPT_CHARS
-        expected = len(str(self.job.cases[i]["output"])) if i < len(self.job.cases) else 0
-        return results, self.n_lines, STDIO_LENGTH_FACTOR * expected + 4097, 0
-
-    def kept(self, n):
-        self.keep[0] -= n
+def _value_budget(job):
+    """The bytes of value text the parent decodes for a job: PARENT_BUDGET_BYTES, and for a functional job also
+    STDIO_LENGTH_FACTOR x the JSON text of its expected outputs (a right answer must fit); stdio: none."""
+    expected = [c["output"] for c in job.cases if isinstance(c["output"], str)] if job.kind == "functional" else []
+    return 0 if job.kind == "stdio" else PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(map(len, expected))
 
 
 def _job_result_bytes(job, n_snippets):
-    """A job's result bytes kept over all its runs: the value text the parent decodes (escaped at most 2x in a
-    line), plus 64 KB of status lines per run and 64 bytes of framing per value."""
+    """A job's result bytes kept over all its runs: its value text (escaped at most 2x in a line), plus 64 KB of
+    status lines per run and 64 bytes of framing per value."""
     runs = 1 if job.kind == "assert" else max(1, len(job.cases))
-    values = PARENT_BUDGET_BYTES if job.kind == "assert" else 0
-    if job.kind == "functional":            # as the value budget of _execute_on
-        values = PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(len(c["output"]) for c in job.cases
-                                                                 if isinstance(c["output"], str))
-    return 2 * values + runs * (64 << 10) + 64 * n_snippets
+    return 2 * _value_budget(job) + runs * (64 << 10) + 64 * n_snippets
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1900,50 +1889,41 @@ def _failure_verdict(entry):
 
 _OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT_LIMIT_BYTES} bytes, or result lines "
                          "over what the judge reads of them)")
-
-
-def _termination_verdict(run, job):
-    """Why a run was stopped, as (verdict, message): a limit or a signal; None when it ended by itself."""
-    if run["limit"] == "timeout":
-        return "timeout", f"wall-clock limit ({job.time_limit_s * WALL_FACTOR + WALL_SLACK_S:.1f} s) exceeded"
-    if run["limit"] == "output_limit":
-        return "output_limit", _OUTPUT_LIMIT_MESSAGE
-    if run["limit"] == "cpu":
-        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded by the run's processes together"
-    sig = run["signal"]
-    if sig is None:
-        return None
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = str(sig)
-    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
-        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
-    if run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
-        return "memory", f"killed by {name} near the memory limit"
-    return "killed", f"killed by signal {name}"
-
-
-def _run_problem(run, job, stage):
-    """Why a run did not end normally: its termination, else the exception it reported; None if neither."""
-    term = _termination_verdict(run, job)
-    return term or (_failure_verdict(stage["failure"]) if "failure" in stage else None)
-
-
+# The limits the server reports (run["limit"]) as (verdict, message); its other one, "client_gone", never reaches us.
+_LIMITS = {"timeout": ("timeout", "wall-clock limit ({wall:.1f} s) exceeded"),
+           "output_limit": ("output_limit", _OUTPUT_LIMIT_MESSAGE),
+           "cpu": ("timeout", "CPU limit ({cpu} s) exceeded by the run's processes together")}
+_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 _WHERE = {"program": "the program raised", "setup": "the test setup raised", "prelude": "the prelude raised",
           "sandbox": "sandbox setup failed:"}
+_ENDED_EARLY = ("the program ended before this test ran (exit status {}): sys.exit / os._exit or a closed result "
+                "channel")
 
 
-def _stop_reason(run, job, stage):
-    """(verdict, message) for the tests the child never answered."""
-    term = _termination_verdict(run, job)
-    if term:
-        return term
-    if "failure" in stage:
-        verdict, message = _failure_verdict(stage["failure"])
-        return verdict, f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}"
-    return "error", (f"the program ended before this test ran (exit status {run['exit']}): "
-                     "sys.exit / os._exit or a closed result channel")
+def _stop_reason(run, job, stage, where=True):
+    """Why a run did not end normally, as (verdict, message): a limit or a signal stopped it, else the child reported
+    an exception (where=True: the message says where it was raised); None when neither."""
+    if run["limit"] in _LIMITS:
+        verdict, message = _LIMITS[run["limit"]]
+        return verdict, message.format(wall=job.time_limit_s * WALL_FACTOR + WALL_SLACK_S, cpu=job.time_limit_s)
+    sig = run["signal"]
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
+        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
+    if sig is not None and run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
+        return "memory", f"killed by {_SIGNAL_NAMES.get(sig, sig)} near the memory limit"
+    if sig is not None:
+        return "killed", f"killed by signal {_SIGNAL_NAMES.get(sig, sig)}"
+    if "failure" not in stage:
+        return None
+    verdict, message = _failure_verdict(stage["failure"])
+    return verdict, (f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}" if where else message)
+
+
+def _over_time(job, run):
+    """(verdict, message) for a run that ended by itself over its CPU time (RLIMIT_CPU has whole seconds), else None."""
+    if run["cpu_s"] <= job.time_limit_s:
+        return None
+    return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
 
 
 class _ShortRepr(reprlib.Repr):
@@ -2030,9 +2010,7 @@ def _utf8(text):
 
 def _finish(job, tests, runs, error=""):
     """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
-    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
-    cpu = sum(r["cpu_s"] for r in runs)
-    peak = max([r["peak_kb"] * 1024 for r in runs] or [0])
+    cpu, peak_kb = sum(r["cpu_s"] for r in runs), max([r["peak_kb"] for r in runs] or [0])
     if job.kind == "assert" and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
@@ -2041,24 +2019,35 @@ def _finish(job, tests, runs, error=""):
         # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
         tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
                  for t in tests]
-    passed = sum(t.verdict == "passed" for t in tests)
+    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
     first_bad = next((t for t in tests if t.verdict != "passed"), None)
     return ProgramResult(verdict=first_bad.verdict if first_bad else ("error" if error else "passed"), tests=tests,
-                         passed=passed, total=len(tests), cpu_s=cpu, wall_s=sum(r["wall_s"] for r in runs),
-                         peak_bytes=peak, stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
+                         passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
+                         wall_s=sum(r["wall_s"] for r in runs), peak_bytes=peak_kb * 1024,
+                         stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
                          stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
                          error=_utf8(error) or (first_bad.error if first_bad else ""))
 
 
 def _execute_assert(worker, job):
-    """The assert tests of `job`: one run; the parent runs the rewritten statements on its values. The child gets
-    only what it evaluates: the snippets that call the candidate, their arguments, and the part of the setup they
-    read (_child_setup)."""
+    """The assert tests of `job` -> ProgramResult: one run; the parent runs the rewritten statements on its values.
+    The child gets only what it evaluates: the snippets that call the candidate, their arguments, and the part of
+    the setup they read (_child_setup)."""
     ns, splits = _split_job(job)
     snippets = [s for _, p, _ in splits for s in p.snippets]
-    extra = {"snippets": snippets, "args": [a for _, _, args in splits for a in args],
-             "setup": _child_setup(job.setup, tuple(snippets)) if job.setup else ""}
-    return _judge_assert(job, ns, splits, worker.run(job, **extra))
+    run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
+                     setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
+    stage, values = _parse_lines(run["lines"])
+    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
+    tests, error = _assert_results(ns, splits, values, stop), ""
+    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
+    # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
+    # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
+    if "ready" not in stage or "failure" in stage:
+        tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
+        failure = stage.get("failure")
+        error = f"{failure.get('stage')}: {_failure_verdict(failure)[1]}" if failure else f"{stop[0]}: {stop[1]}"
+    return _finish(job, tests, [run], error)
 
 
 @lru_cache(maxsize=1024)
@@ -2081,22 +2070,6 @@ def _child_setup(setup: str, snippets: tuple) -> str:
     return "\n".join(ast.unparse(node) for node in reversed(kept))
 
 
-def _judge_assert(job, ns, splits, runs):
-    """`job`'s ProgramResult from its run."""
-    stage, values = _parse_lines(runs[0]["lines"])
-    stop = _stop_reason(runs[0], job, stage)
-    tests, error = _assert_results(ns, splits, values, stop), ""
-    if "failure" in stage:
-        error = f"{stage['failure'].get('stage')}: {_failure_verdict(stage['failure'])[1]}"
-    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
-    # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
-    # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
-    if "ready" not in stage or "failure" in stage:
-        tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
-        error = error or f"{stop[0]}: {stop[1]}"
-    return _finish(job, tests, runs, error)
-
-
 def _execute_on(worker, job):
     """All of `job`'s tests on `worker` -> ProgramResult (raises _WorkerDied). Assert tests: one run of
     the program. Functional and stdio: one run per test; with job.stop_on_failure the tests go in chunks
@@ -2104,53 +2077,35 @@ def _execute_on(worker, job):
     twice the runs up to that test)."""
     if job.kind == "assert":
         return _execute_assert(worker, job)
-    n = len(job.cases)
-    bounds, lo = [(0, n)], 0
-    if job.stop_on_failure:
-        bounds = []
-        while lo < n:
-            bounds.append((lo, min(n, 2 * lo + 1)))
-            lo = bounds[-1][1]
-    expected_size = sum(len(c["output"]) for c in job.cases if isinstance(c["output"], str))   # JSON text
-    budget = [PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * expected_size]    # functional values, whole job
-    tests, runs = [], []
+    judge = _judge_functional if job.kind == "functional" else _judge_stdio
+    budget = [_value_budget(job)]           # what the parent still decodes of the job's values, over all its runs
     keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
-    for lo, hi in bounds or [(0, 0)]:
-        part = job._replace(cases=job.cases[lo:hi])
-        part_runs = worker.run(part, keep=keep)
-        judge = _judge_functional if job.kind == "functional" else _judge_stdio
-        part_tests = [judge(job, case, run, budget) for case, run in zip(part.cases, part_runs)]
-        pending = [(i, (case, run)) for i, (case, run, t) in enumerate(zip(part.cases, part_runs, part_tests))
-                   if t is None]
-        if pending:
-            for (i, _), t in zip(pending, _run_checker(worker, job, [p for _, p in pending])):
-                part_tests[i] = t
-        tests += part_tests
-        runs += part_runs
-        if any(t.verdict != "passed" for t in tests):
+    n, lo, tests, runs = len(job.cases), 0, [], []
+    while True:
+        hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
+        part = job.cases[lo:hi]
+        part_runs = worker.run(job._replace(cases=part), keep=keep)
+        tests += _run_checker(worker, job, part, part_runs, [judge(job, c, r, budget) for c, r in zip(part, part_runs)])
+        runs, lo = runs + part_runs, hi
+        if lo >= n or any(t.verdict != "passed" for t in tests):
             break
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
     return _finish(job, tests + [skipped] * (n - len(tests)), runs)
 
 
-def _over_time(job, run, got=""):
-    if job.time_limit_s < run["cpu_s"]:
-        return TestResult("timeout", got, f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s")
-    return None
-
-
 def _judge_functional(job, case, run, budget):
-    """One functional test from its own run -> TestResult."""
+    """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
+    its top level (the "ready" line and no failure), compared with the expected one."""
     stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage)
+    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
     try:
         if "ready" not in stage or "failure" in stage:
             raise _CandidateFailure(*stop)
         value = _value_from_entry(values.get(0), job.fn_name or "call", stop, budget)
     except _CandidateFailure as e:
         return TestResult(e.verdict, error=e.message)
-    if _over_time(job, run):
-        return _over_time(job, run)
+    if late := _over_time(job, run):
+        return TestResult(late[0], error=late[1])
     try:
         expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
     except ValueError as e:
@@ -2166,11 +2121,9 @@ def _judge_functional(job, case, run, budget):
 def _judge_stdio(job, case, run, budget):
     """One stdio test from its own run -> TestResult, or None when the benchmark's checker must judge it."""
     got = run["stdout"][:EXCERPT_CHARS]
-    problem = _run_problem(run, job, _parse_lines(run["lines"])[0])
+    problem = _stop_reason(run, job, _parse_lines(run["lines"])[0], where=False) or _over_time(job, run)
     if problem:
         return TestResult(problem[0], got=got, error=problem[1])
-    if _over_time(job, run):
-        return _over_time(job, run, got)
     # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
     expected = str(case["output"])
     if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
@@ -2200,26 +2153,25 @@ def _checker_text(text):
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def _run_checker(worker, job, pending):
-    """Judge outputs with the benchmark's checker, itself untrusted code run like a program: one run per
-    output, fed the input, the expected answer and the output. pending: [(case, run)] -> [TestResult].
-    The checker's CPU time is not the program's."""
-    cases = [{"input": json.dumps({"input": str(case["input"]), "answer": _checker_text(str(case["output"])),
-                                   "output": _checker_text(run["stdout"])}), "output": ""} for case, run in pending]
-    checker = Job(program=job.checker, kind="stdio", cases=cases, prelude=CHECKER_PRELUDE,
+def _run_checker(worker, job, cases, runs, tests):
+    """`tests` with each None (an output the benchmark's checker must judge) judged by that checker, itself untrusted
+    code run like a program: one run per output, fed the input, the expected answer and the output. The checker's
+    CPU time is not the program's."""
+    pending = [i for i, t in enumerate(tests) if t is None]
+    if not pending:
+        return tests
+    checks = [{"input": json.dumps({"input": str(cases[i]["input"]), "answer": _checker_text(str(cases[i]["output"])),
+                                    "output": _checker_text(runs[i]["stdout"])}), "output": ""} for i in pending]
+    checker = Job(program=job.checker, kind="stdio", cases=checks, prelude=CHECKER_PRELUDE,
                   time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
-    out = []
-    for (case, run), crun in zip(pending, worker.run(checker)):
-        got = run["stdout"][:EXCERPT_CHARS]
-        problem = _run_problem(crun, checker, _parse_lines(crun["lines"])[0])
+    for i, crun in zip(pending, worker.run(checker)):
+        problem = _stop_reason(crun, checker, _parse_lines(crun["lines"])[0], where=False)
         said = crun["stdout"].strip()
-        if problem is None and said in ("1", "100"):
-            out.append(TestResult("passed", got=got))
-        elif problem is None:
-            out.append(TestResult("failed", got=got, error=f"the checker rejected the output: {said[:200]!r}"))
-        else:      # a malformed output often crashes a checker: the output is not accepted
-            out.append(TestResult("failed", got=got, error=f"the checker did not accept the output: {problem[1]}"))
-    return out
+        # A malformed output often crashes a checker: the output is not accepted.
+        error = (f"the checker did not accept the output: {problem[1]}" if problem else
+                 "" if said in ("1", "100") else f"the checker rejected the output: {said[:200]!r}")
+        tests[i] = TestResult("failed" if error else "passed", got=runs[i]["stdout"][:EXCERPT_CHARS], error=error)
+    return tests
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -2237,16 +2189,14 @@ class SandboxPool:
         if isolation not in ("auto", "none"):
             raise ValueError("isolation must be 'auto' or 'none'")
         n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        self._workers = []
+        self._workers, self._idle = [], queue.SimpleQueue()
         try:
             for _ in range(n):
                 self._workers.append(_Worker(isolation, protect))
+                self._idle.put(self._workers[-1])
         except BaseException:
             self.close()
             raise
-        self._idle = queue.SimpleQueue()
-        for w in self._workers:
-            self._idle.put(w)
         self.isolation = dict(self._workers[0].features)
         # The weakest worker's mode (they start alike; a self-check can still differ).
         modes = [_mode(w.features) for w in self._workers]
@@ -2256,28 +2206,6 @@ class SandboxPool:
     def size(self):
         return len(self._workers)
 
-    def _run_one(self, worker, job):
-        """`job` run job.repeat times while every run passes. Each run is judged in full, as the first: a repeat
-        that does not pass makes the result that run's (a program that passes only sometimes, or that behaves
-        differently when measured again, is not a solution), so the figures of a passing result all come from
-        runs that passed. A worker that died or hung is replaced and its job reported as an error."""
-        runs, repeat = [], max(1, int(job.repeat))
-        try:
-            runs.append(_execute_on(worker, job))
-            while len(runs) < repeat and runs[-1].verdict == "passed":
-                runs.append(_execute_on(worker, job))
-        except _WorkerDied as e:
-            worker.restart()
-            return _died(job, e)
-        if len(runs) == 1:
-            return runs[0]
-        cpu_runs = tuple(r.cpu_s for r in runs)
-        if runs[-1].verdict != "passed":
-            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
-                                                              f"(each repeat is judged): {runs[-1].error}")
-        return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
-                                peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
-
     def run(self, jobs: list) -> list:
         """Run jobs in parallel over the workers; results in the same order as jobs."""
         if not self._workers:
@@ -2286,41 +2214,45 @@ class SandboxPool:
         for job in jobs:
             if job.kind not in ("assert", "functional", "stdio"):
                 raise ValueError(f"unknown job kind {job.kind!r} (expected assert, functional or stdio)")
-
-        results, todo = [None] * len(jobs), collections.deque(enumerate(jobs))
-
-        def take():
-            try:
-                return todo.popleft()          # atomic: each job goes to one worker, in order
-            except IndexError:
-                return None
-
         # One client thread per busy worker: each blocks on its worker's pipe, so the GIL is free while the
-        # workers run. A bug on our side is re-raised here, never lost.
+        # workers run. A bug on our side is re-raised here, never lost. With one worker busy its jobs run in this
+        # thread, where a Ctrl-C interrupts the run in progress.
         n = min(len(self._workers), len(jobs))
         if n <= 1:
-            self._drive(take, results)
-            return results
+            return [self._run_one(job) for job in jobs]
         import concurrent.futures      # client-only: see "Records"
         with concurrent.futures.ThreadPoolExecutor(n) as threads:
-            list(threads.map(lambda _: self._drive(take, results), range(n)))
-        return results
+            return list(threads.map(self._run_one, jobs))
 
-    def _drive(self, take, results):
-        """One worker's share of a batch: one job at a time. (Sending an assert job's request while the one before
-        still ran saved ~0.3 ms a job and took 90 lines of recovery code: gone, the run itself now costs more.)"""
-        worker = self._idle.get()
+    def _run_one(self, job):
+        """`job` on an idle worker, run job.repeat times while every run passes. Each run is judged in full, as the
+        first: a repeat that does not pass makes the result that run's (a program that passes only sometimes, or that
+        behaves differently when measured again, is not a solution), so the figures of a passing result all come
+        from runs that passed. A worker that died or hung is replaced and its job reported as an error. One job at a
+        time: sending an assert job's request while the one before still ran saved ~0.3 ms a job and took 90 lines of
+        recovery code, gone (the run itself now costs more)."""
+        worker, runs, repeat = self._idle.get(), [], max(1, int(job.repeat))
         try:
-            while True:
-                item = take()
-                if item is None:
-                    return
-                results[item[0]] = self._run_one(worker, item[1])
+            runs.append(_execute_on(worker, job))
+            while len(runs) < repeat and runs[-1].verdict == "passed":
+                runs.append(_execute_on(worker, job))
+        except _WorkerDied as e:
+            worker.restart()
+            return ProgramResult("error", [TestResult("error", error=str(e))] * len(job.cases), 0, len(job.cases),
+                                 0.0, 0.0, 0, error=str(e))
         except BaseException:
             worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
             raise
         finally:
             self._idle.put(worker)
+        if len(runs) == 1:
+            return runs[0]
+        cpu_runs = tuple(r.cpu_s for r in runs)
+        if runs[-1].verdict != "passed":
+            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
+                                                              f"(each repeat is judged): {runs[-1].error}")
+        return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
+                                peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
 
     def close(self):
         for w in self._workers:
@@ -2332,12 +2264,6 @@ class SandboxPool:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _died(job, e):
-    """The result of a job whose worker died or hung."""
-    return ProgramResult("error", [TestResult("error", error=str(e)) for _ in job.cases], 0, len(job.cases),
-                         0.0, 0.0, 0, error=str(e))
 
 
 def _clip(text, n=400):
@@ -2355,13 +2281,10 @@ def feedback(job: Job, result: ProgramResult, max_cases: int = 1) -> str:
                                                          else "No tests were run.")
     parts = []
     for case, t in bad[:max_cases]:
-        if job.kind == "assert":
-            lines = [f"Test: {_clip(case)}"]
-        else:
-            lines = [f"Input:\n{_clip(case['input'])}", f"Expected output:\n{_clip(case['output'])}"]
-        lines.append(f"Verdict: {t.verdict}")
-        lines += [f"Got: {_clip(t.got)}"] if t.got else []
-        lines += [f"Error: {_clip(t.error)}"] if t.error else []
+        lines = ([f"Test: {_clip(case)}"] if job.kind == "assert" else
+                 [f"Input:\n{_clip(case['input'])}", f"Expected output:\n{_clip(case['output'])}"])
+        lines += [f"Verdict: {t.verdict}"] + [f"{name}: {_clip(text)}" for name, text in (("Got", t.got),
+                                                                                          ("Error", t.error)) if text]
         parts.append("\n".join(lines))
     more = len(bad) - max_cases
     return _utf8("\n\n".join(parts) + (f"\n({more} more failing tests)" if more > 0 else ""))
@@ -2384,17 +2307,14 @@ def _mode(features):
     isolated = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
                     and not features.get("exposed", ["?"]))
     cpu, memory = features.get("cpu") == "cgroup", features.get("memory") == "cgroup"
-    missing = []
-    if not isolated:
-        seen = features.get("exposed") or []
-        why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
-        missing.append(f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}")
-    if not cpu:
-        missing.append("CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); "
-                       + _HOW_COUNTED)
-    if not memory:
-        missing.append("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes "
-                       "uncounted, the memory limit per process); " + _HOW_COUNTED)
+    seen = features.get("exposed") or []
+    why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
+    missing = [line for line, held in (
+        (f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}", isolated),
+        (f"CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); {_HOW_COUNTED}",
+         cpu),
+        ("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes uncounted, the memory "
+         f"limit per process); {_HOW_COUNTED}", memory)) if not held]
     name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
         (isolated, cpu and memory), "none")
     return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory, "missing": missing}
@@ -2403,11 +2323,12 @@ def _mode(features):
 def mode_line(mode) -> str:
     """One line for the first lines of train.py / evaluate.py output."""
     counted = [k for k in ("cpu", "memory") if mode[f"{k}_counted"]]
-    what = {2: "CPU and memory counted per run (cgroup)", 1: f"only {counted[0] if counted else ''} counted per run "
-            "(cgroup)", 0: "CPU and memory NOT counted per run (no cgroup)"}[len(counted)]
+    what = ("CPU and memory counted per run (cgroup)" if len(counted) == 2 else
+            f"only {counted[0]} counted per run (cgroup)" if counted else
+            "CPU and memory NOT counted per run (no cgroup)")
     iso = "runs isolated (namespaces, minimal root)" if mode["isolated"] else "runs NOT isolated"
-    return f"sandbox: {mode['name']}: {iso}; {what}" + ("" if not mode["missing"] else
-                                                       f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})")
+    missing = f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})" if mode["missing"] else ""
+    return f"sandbox: {mode['name']}: {iso}; {what}{missing}"
 
 
 def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
@@ -2416,9 +2337,8 @@ def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, 
     if not mode["isolated"] and not allow_unisolated:
         return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
                 "pass --allow-unisolated to run it with your user's rights anyway")
-    uncounted = [m for m, need, ok in (("CPU", need_cpu, mode["cpu_counted"]), ("memory", need_memory,
-                                                                                  mode["memory_counted"]))
-                 if need and not ok]
+    uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
+                                            ("memory", need_memory, mode["memory_counted"])) if need and not counted]
     if uncounted and not allow_uncounted:
         return (f"sandbox: refusing a {' and '.join(uncounted)} reward term the sandbox cannot count in full "
                 f"({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use it anyway")
@@ -2428,24 +2348,6 @@ def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, 
 # ---------------------------------------------------------------------------------------------------
 # CLI: `python sandbox.py PROG.py --test STMT` runs one program; `--probe` prints the active isolation.
 # ---------------------------------------------------------------------------------------------------
-def _positive_seconds(text):
-    """argparse type for --time-limit: a finite number of seconds > 0 (RLIMIT_CPU needs one)."""
-    import argparse
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
-def _cli_fail(message):
-    """A usage failure: one line on stderr, exit status 2 (no traceback)."""
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def _main(argv):
     import argparse
     p = argparse.ArgumentParser(
@@ -2459,21 +2361,24 @@ def _main(argv):
     p.add_argument("--probe", action="store_true", help="print which isolation features are active")
     p.add_argument("program", nargs="?", help="a Python file to run against --test statements")
     p.add_argument("--test", action="append", default=[], help="an assert statement (repeatable)")
-    p.add_argument("--time-limit", type=_positive_seconds, default=4.0, metavar="SECONDS",
+    p.add_argument("--time-limit", type=float, default=4.0, metavar="SECONDS",
                    help="CPU seconds for the program's top level and all its tests together; the wall-clock "
                         f"limit is {WALL_FACTOR:g}x this + {WALL_SLACK_S:g} s (default: %(default)s)")
     args = p.parse_args(argv)
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):       # RLIMIT_CPU needs a finite limit
+        p.error(f"argument --time-limit: must be a positive number of seconds, got {args.time_limit}")
     if args.test and not args.program:
-        return _cli_fail("--test needs a PROGRAM file to run the tests against")
+        p.error("--test needs a PROGRAM file to run the tests against")
     program = None
     if args.program and not args.probe:
-        # Read before starting any worker: a wrong path is a usage error, not a sandbox run.
+        # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
         try:
             with open(args.program, encoding="utf-8") as f:
                 program = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            return _cli_fail(f"cannot read program file {args.program!r}: {reason}")
+            print(f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}",
+                  file=sys.stderr)
+            return 2
     with SandboxPool(1, isolation=args.isolation) as pool:
         if program is None:
             print(json.dumps(pool.mode, indent=1))
@@ -2482,12 +2387,9 @@ def _main(argv):
         job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
         result = pool.run([job])[0]
         print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
-        # feedback() describes failing tests; when none failed but the verdict is not "passed" (a program
-        # error with no tests), say that instead of "All tests passed".
-        if result.verdict != "passed" and all(t.verdict == "passed" for t in result.tests):
-            print(f"The program failed: {result.error or result.verdict}")
-        else:
-            print(feedback(job, result, max_cases=3))
+        # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
+        # test (_execute_assert), and without tests feedback() says why the program failed.
+        print(feedback(job, result, max_cases=3))
         return 0 if result.verdict == "passed" else 1
 
 
