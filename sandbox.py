@@ -64,7 +64,6 @@ import reprlib
 import resource
 import select
 import signal
-import stat
 import sys
 import threading
 import time
@@ -195,7 +194,8 @@ def _tag_value(x, depth, budget):
     budget[0] -= 8 + (len(x) if t in (str, bytes, bytearray) else x.bit_length() // 4 if t is int else 0)
     if budget[0] < 0:       # escapes may lengthen a string: encode_value's final length check catches that
         raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
-    if x is None or t in (bool, str) or (t is float and math.isfinite(x)) or (t is int and x.bit_length() <= _MAX_INT_BITS):
+    if x is None or t in (bool, str) or (t is float and math.isfinite(x)) \
+            or (t is int and x.bit_length() <= _MAX_INT_BITS):
         return x
     if depth >= VALUE_MAX_DEPTH:
         raise _Refused(f"value nested deeper than {VALUE_MAX_DEPTH}")
