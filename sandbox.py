@@ -821,22 +821,21 @@ def _mount(src, target, fstype, flags, data=None):
 
 
 class _ServerState:
-    """What the fork server knows about its own isolation (one instance per server process)."""
+    """What the fork server knows about its own isolation (one instance per server process). statm_fd:
+    /proc/self/statm, opened before /proc disappears; last_pid_fd: ns_last_pid of our PID namespace (a random pid for
+    each run); cgroup: a _Cgroup, or None (CPU from wait4, peaks max RSS); runs_dir: where run directories live (/sbx
+    under the minimal root), run_dir: the one run directory (re-created for every run); client_fd: the client
+    channel, never read during a run (its hang-up ends every run); poller: one select.poll for every run (the client
+    channel, plus each run's pidfd)."""
+    statm_fd = last_pid_fd = cgroup = runs_dir = run_dir = client_fd = poller = None
+    pid_max, client_gone = 32768, False
+
     def __init__(self):
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
                          "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
                          "run_as": os.geteuid(), "cgroup": None, "cpu": "wait4", "memory": "max_rss",
                          "cpu_cap": False, "drops_to_nobody": False, "net": "per run",
                          "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
-        self.statm_fd = None      # /proc/self/statm, opened before /proc disappears
-        self.last_pid_fd = None   # /proc/sys/kernel/ns_last_pid of our PID namespace: a random pid for each run
-        self.cgroup = None        # _Cgroup, or None: CPU from wait4, peaks max RSS
-        self.pid_max = 32768
-        self.runs_dir = None      # where run directories live (/sbx under the minimal root)
-        self.run_dir = None       # the one run directory (re-created for every run)
-        self.client_fd = None     # the client channel (never read during a run): its hang-up ends every run
-        self.client_gone = False
-        self.poller = None        # one select.poll for every run: the client channel, plus each run's pidfd
         self.is_root = os.geteuid() == 0
 
     def attempt(self, note, step):
@@ -1165,31 +1164,27 @@ def _sockets_left():
     later run could reach by name or port id. The kernel's sock_diag lists every socket of the namespace, held or
     not; raises OSError where it is missing."""
     import _socket          # the C module: `socket` would grow the image every run forks from
-    s = _socket.socket(16, 2, 4)            # AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG
+    s, bo = _socket.socket(16, 2, 4), sys.byteorder         # AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG
+    num = lambda data, i, n: int.from_bytes(data[i:i + n], bo)      # noqa: E731
     try:
         own = os.fstat(s.fileno()).st_ino
-        # unix_diag_req for AF_UNIX (all states), netlink_diag_req for AF_NETLINK (all protocols): dump requests.
-        for family, req in ((1, b"%c\0\0\0\xff\xff\xff\xff" % 1 + b"\0" * 8 + b"\xff" * 8),
-                            (16, b"%c\xff\0\0" % 16 + b"\0" * 8 + b"\xff" * 8)):
-            s.sendto((16 + len(req)).to_bytes(4, sys.byteorder) + (20).to_bytes(2, sys.byteorder)
-                     + (0x301).to_bytes(2, sys.byteorder) + b"\0" * 8 + req, (0, 0))
-            while True:
+        # Dump requests (SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP): unix_diag_req for AF_UNIX in every state,
+        # netlink_diag_req for AF_NETLINK of every protocol.
+        for family, req in ((1, b"\1\0\0\0\xff\xff\xff\xff" + b"\0" * 8 + b"\xff" * 8),
+                            (16, b"\x10\xff\0\0" + b"\0" * 8 + b"\xff" * 8)):
+            s.sendto((16 + len(req)).to_bytes(4, bo) + (20).to_bytes(2, bo) + (0x301).to_bytes(2, bo) + b"\0" * 8
+                     + req, (0, 0))
+            done = False
+            while not done:
                 data, off = s.recv(1 << 16), 0
-                while off < len(data):
-                    length, kind = (int.from_bytes(data[off + i:off + j], sys.byteorder) for i, j in ((0, 4), (4, 6)))
-                    if kind == 2:                         # NLMSG_ERROR: this family's diag is not in the kernel
+                while off < len(data) and not done:
+                    if num(data, off + 4, 2) == 2:        # NLMSG_ERROR: this family's diag is not in the kernel
                         raise OSError("sock_diag refused a dump request")
-                    if kind == 3:                         # NLMSG_DONE
-                        break
-                    body = data[off + 16:off + length]
+                    done = num(data, off + 4, 2) == 3     # NLMSG_DONE
                     # Any unix socket; a netlink socket of a process (port id != 0: not the kernel's) but ours.
-                    if family == 1 or (int.from_bytes(body[4:8], sys.byteorder)
-                                       and int.from_bytes(body[16:20], sys.byteorder) != own):
+                    if not done and (family == 1 or num(data, off + 20, 4) and num(data, off + 32, 4) != own):
                         return True
-                    off += (length + 3) & ~3
-                else:
-                    continue
-                break
+                    off += (num(data, off, 4) + 3) & ~3
         return False
     finally:
         s.close()
