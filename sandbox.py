@@ -843,7 +843,7 @@ class _ServerState:
         try:
             step()
             return True
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, IndexError) as e:
             self.features["notes"].append(f"{note} ({e})")
             return False
 
@@ -992,43 +992,39 @@ class _Cgroup:
 def _make_cgroups(st, texts=None):
     """The worker's cgroups, made below the ones this process is in (texts: /proc/self/cgroup and mountinfo, for
     tests). Sets features cgroup / cpu / memory / cpu_cap; a note says what failed."""
-    try:
-        texts = texts or [open(p).read() for p in ("/proc/self/cgroup", "/proc/self/mountinfo")]
-        version, dirs = _cgroup_dirs(*texts)
+    def make():
+        version, dirs = _cgroup_dirs(*texts or [open(f"/proc/self/{p}").read() for p in ("cgroup", "mountinfo")])
         if version is None:
             raise OSError("no cgroup hierarchy is mounted")
-        name = f"corecode-sandbox-{os.getpid()}-{os.urandom(4).hex()}"
-        cg = _Cgroup(version, {}, name)
+        cg = st.cgroup = _Cgroup(version, {}, f"corecode-sandbox-{os.getpid()}-{os.urandom(4).hex()}")
         for c, d in dirs.items():
             cg.where[c] = d
-            if d not in cg.parents:
-                cg.parents[d] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            cg.parents[d] = cg.parents.get(d) or os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         if version == "v2":
             _v2_delegate(cg.parents[dirs[""]])
             cg.where = dict.fromkeys(("memory", "pids", "cpu", "cpuacct"), dirs[""])
         for d, fd in cg.parents.items():
             _remove_stale_cgroups(fd)
-            os.mkdir(name, 0o755, dir_fd=fd)
-            cg.workers[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            os.mkdir(cg.name, 0o755, dir_fd=fd)
+            cg.workers[d] = os.open(cg.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
         if version == "v2":
             _cg_write(cg.workers[dirs[""]], "cgroup.subtree_control", "+memory +pids")
-    except (OSError, ValueError, IndexError) as e:
-        st.features["notes"].append(f"no cgroup of our own ({e}): CPU from wait4, memory = the largest process's "
-                                    "max RSS; needs root or a delegated cgroup (systemd-run --user -p Delegate=yes)")
-        return
-    st.cgroup = cg
-    st.features.update(cgroup=version, cpu="cgroup", memory="cgroup")
-    cpu = cg.workers[cg.where["cpu"]]
-    try:           # the CPU cap: quota = CPU_CAP x period
-        if version == "v1":
-            period = int(_cg_read(cpu, "cpu.cfs_period_us"))
-            _cg_write(cpu, "cpu.cfs_quota_us", str(int(CPU_CAP * period)))
+
+    def cap():           # the CPU cap: quota = CPU_CAP x period
+        cpu = st.cgroup.workers[st.cgroup.where["cpu"]]
+        if st.cgroup.version == "v1":
+            _cg_write(cpu, "cpu.cfs_quota_us", str(int(CPU_CAP * int(_cg_read(cpu, "cpu.cfs_period_us")))))
         else:
             _cg_write(cpu, "cpu.max", f"{int(CPU_CAP * 100000)} 100000")
-        st.features["cpu_cap"] = True
-    except OSError as e:
-        st.features["notes"].append(f"the worker's CPU is not capped ({e})")
-    if version == "v2" and not os.path.exists(f"/proc/self/fd/{cg.workers[dirs['']]}/memory.peak"):
+
+    if not st.attempt("no cgroup of our own: CPU from wait4, memory = the largest process's max RSS; needs root or a "
+                      "delegated cgroup (systemd-run --user -p Delegate=yes)", make):
+        st.cgroup = None
+        return
+    st.features.update(cgroup=st.cgroup.version, cpu="cgroup", memory="cgroup",
+                       cpu_cap=st.attempt("the worker's CPU is not capped", cap))
+    if st.cgroup.version == "v2" and not os.path.exists(f"/proc/self/fd/{st.cgroup.workers[st.cgroup.where['memory']]}"
+                                                         "/memory.peak"):
         st.features["memory"] = "max_rss"         # memory.peak came with Linux 5.19
         st.features["notes"].append("memory: max RSS of the largest process (no memory.peak: Linux < 5.19)")
 
