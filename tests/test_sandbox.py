@@ -43,8 +43,7 @@ VALUES = [None, True, False, 0, -5, 2 ** 70, -(10 ** 5000), 1.5, -0.0, math.inf,
           "", "héllo\x00\n'\"", "\ud800", b"", b"\x00\xff", bytearray(b"ab"), [], [1, [2, (3,)]], (), (1,),
           {1, 2}, set(), frozenset({1}), frozenset(), {"a": 1, 2: [3], (1, 2): None}, {},
           collections.Counter("abca"), collections.OrderedDict([("b", 1), ("a", 2)]),
-          collections.defaultdict(None, {"k": [1]}), collections.deque([1, 2], maxlen=3), range(1, 10, 2),
-          fractions.Fraction(3, 7), decimal.Decimal("1.10"), Ellipsis, [[[[[1]]]]]]
+          collections.defaultdict(None, {"k": [1]}), [[[[[1]]]]]]
 
 
 def same(a, b):
@@ -112,18 +111,17 @@ def test_decode_rejects_anything_outside_the_grammar(text):
         sb.decode_value(text)
 
 
-@pytest.mark.parametrize("value", [1 << (sb.VALUE_MAX_INT_BITS + 1), range(sb.VALUE_MAX_RANGE + 1),
-                                   decimal.Decimal("1e999999999"), decimal.Decimal("-1e-20000"),
-                                   fractions.Fraction(1 << (sb.VALUE_MAX_INT_BITS + 1), 3)],
-                         ids=["int", "range", "decimal_big", "decimal_small", "fraction"])
-def test_encode_refuses_values_the_parent_could_not_use_cheaply(value):
+@pytest.mark.parametrize("value", [1 << (sb.VALUE_MAX_INT_BITS + 1), range(10 ** 12), range(3),
+                                   decimal.Decimal("1e999999999"), decimal.Decimal("1.5"), fractions.Fraction(1, 3),
+                                   collections.deque([1]), Ellipsis],
+                         ids=["int", "range_huge", "range", "decimal_big", "decimal", "fraction", "deque", "ellipsis"])
+def test_encode_refuses_types_outside_the_grammar_and_costly_values(value):
     with pytest.raises(sb._Refused):
         sb.encode_value(value)
 
 
 def test_values_at_the_bounds_round_trip():
-    for value in (1 << (sb.VALUE_MAX_INT_BITS - 1), range(sb.VALUE_MAX_RANGE), decimal.Decimal("1e9999"),
-                  fractions.Fraction((1 << 100000) + 1, 3)):
+    for value in (1 << (sb.VALUE_MAX_INT_BITS - 1), -(1 << (sb.VALUE_MAX_INT_BITS - 1)), [1 << 13001] * 3):
         assert same(sb.decode_value(sb.encode_value(value)), value)
 
 
@@ -536,9 +534,9 @@ def test_each_run_gets_a_fresh_directory_and_closed_stdin(pool):
 
 def test_returned_values_of_every_kind_cross_intact(pool):
     prog = ("import collections\ndef f():\n    return (float('inf'), {1, 2}, frozenset(), b'x', 1j, None, 10 ** 5000,"
-            " collections.Counter('aab'), collections.deque([1]))\n")
+            " collections.Counter('aab'), collections.OrderedDict(b=1))\n")
     r = run1(pool, prog, ["assert f()[0] == float('inf')", "assert f()[1] == {2, 1}", "assert f()[6] == 10 ** 5000",
-                          "assert f()[7] == {'a': 2, 'b': 1}", "assert f()[8] == collections.deque([1])",
+                          "assert f()[7] == {'a': 2, 'b': 1}", "assert f()[8] == collections.OrderedDict(b=1)",
                           "assert f()[2:6] == (frozenset(), b'x', 1j, None)"])
     assert r.verdict == "passed", [t.error for t in r.tests]
 
