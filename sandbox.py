@@ -701,7 +701,8 @@ def _run_spec(run):
         sizes = spec["input_sizes"]
         data = os.pread(fd, sizes[index], 8 + n + sum(sizes[:index]))
         if spec["kind"] == "stdio":
-            run["stdin"] = _memfd_with(data)
+            run["stdin"] = os.memfd_create("stdin")
+            _write_all(run["stdin"], data)
             os.lseek(run["stdin"], 0, os.SEEK_SET)
         spec["inputs"] = [data.decode("utf-8", "surrogatepass")]
     return spec
@@ -1510,12 +1511,6 @@ def _close_all(fds):
         os.close(fd)
 
 
-def _memfd_with(data: bytes):
-    fd = os.memfd_create("job")
-    _write_all(fd, data)
-    return fd
-
-
 def _preload():
     """Import before forking what programs commonly use: LiveCodeBench's prelude (data.LIVECODEBENCH_PRELUDE)
     imports these in every functional run, LeetCode-style code starts with `from typing import List`, MBPP
@@ -1586,22 +1581,12 @@ def _serve(mode, hidden="[]"):
         _remove_cgroups(st)
 
 
-def _read_exact(fd, n):
-    """n bytes from fd, or None at end of file (the client closed the channel)."""
-    data = b""
-    while len(data) < n:
-        chunk = os.read(fd, n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
 def _read_request(fd):
     """One request: 64 bytes of header (_request_header: no job data), then the body, moved from the pipe into a
-    new memfd by the kernel. Returns (header, memfd) or None at EOF."""
-    header = _read_exact(fd, 64)
-    if header is None:
+    new memfd by the kernel. Returns (header, memfd) or None at EOF. The client writes a request at once, so its
+    header is whole in the pipe (a first page) as soon as any of it is."""
+    header = os.read(fd, 64)
+    if len(header) < 64:
         return None
     runs, body, time_limit_s, memory_limit_mb = header.split()
     header = {"runs": int(runs), "body": int(body), "time_limit_s": float(time_limit_s),
