@@ -997,16 +997,12 @@ def _make_cgroups(st, texts=None):
 def _v2_delegate(base_fd):
     """Enable memory, pids and cpu for the cgroups below ours. A v2 cgroup with processes cannot (no internal
     processes): its processes (this worker, the trainer, in a delegated subtree all ours) move to a leaf first."""
-    have = set(_cg_read(base_fd, "cgroup.controllers").split())
-    missing = {"memory", "pids", "cpu"} - have
+    missing = {"memory", "pids", "cpu"} - set(_cg_read(base_fd, "cgroup.controllers").split())
     if missing:
         raise OSError(f"cgroup v2 controllers {sorted(missing)} are not delegated to our cgroup")
     if {"memory", "pids", "cpu"} <= set(_cg_read(base_fd, "cgroup.subtree_control").split()):
         return
-    try:
-        os.mkdir("corecode-leaf", 0o755, dir_fd=base_fd)
-    except FileExistsError:
-        pass
+    os.makedirs(f"/proc/self/fd/{base_fd}/corecode-leaf", 0o755, exist_ok=True)
     for pid in _cg_read(base_fd, "cgroup.procs").split():
         try:
             _cg_write(base_fd, "corecode-leaf/cgroup.procs", pid)
@@ -1093,13 +1089,8 @@ def _cg_figures(cg):
 
 
 def _cg_kill(cg):
-    """Kill every process of the current run: cgroup.kill (v2, Linux 5.14), else SIGKILL to each pid listed until
-    none is left (a fork racing the loop is listed on the next pass; pids.max bounds them)."""
-    if cg.version == "v2":
-        try:
-            _cg_write(cg.run[cg.where["pids"]], "cgroup.kill", "1")
-        except OSError:
-            pass
+    """Kill every process of the current run (without a PID namespace of ours): SIGKILL to each pid listed until none
+    is left (a fork racing the loop is listed on the next pass; pids.max bounds them). v1 and v2 alike."""
     for _ in range(1000):
         pids = _cg_read(cg.run[cg.where["pids"]], "cgroup.procs").split()
         if not pids:
