@@ -622,14 +622,11 @@ def _emit_value(k, fn):
     try:
         value = fn()
     except BaseException as e:   # SystemExit and KeyboardInterrupt are candidate failures too
-        _send(3, {"k": k, **_describe_exception(e)})
-        return
+        return _send(3, {"k": k, **_describe_exception(e)})
     try:
         _send(3, {"k": k, "v": encode_value(value)})
-    except _Refused as e:
-        _send(3, {"k": k, "refused": str(e)})
-    except BaseException as e:   # MemoryError / RecursionError while encoding
-        _send(3, {"k": k, "refused": f"could not encode the value: {type(e).__name__}"})
+    except BaseException as e:   # _Refused, or MemoryError / RecursionError while encoding
+        _send(3, {"k": k, "refused": str(e) if type(e) is _Refused else f"could not encode: {type(e).__name__}"})
 
 
 def _join_threads():
