@@ -469,23 +469,18 @@ def _parent_setup(setup: str):
     kept, names = [], set()
     ns = _parent_namespace(())
     for node in tree.body:
-        binds = _bound_names(node)
         ok = False
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
             ok = _free_loads(node.value) <= (names | _BUILTIN_NAMES)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             ok = not getattr(node, "level", 0) and all(m.split(".")[0] in TRUSTED_MODULES for m in mods)
-        if ok:
-            try:
-                exec(compile(ast.Module(body=[node], type_ignores=[]), "<setup>", "exec"), ns)
-            except Exception:
-                ok = False
-        if ok:
-            kept.append(node)
-            names |= binds
-        else:
-            names -= binds
+        try:
+            ok = ok and exec(compile(ast.Module(body=[node], type_ignores=[]), "<setup>", "exec"), ns) is None
+        except Exception:     # it fails on its own: the child runs it (and reports the failure)
+            ok = False
+        kept += [node] if ok else []
+        names = names | _bound_names(node) if ok else names - _bound_names(node)
     if not kept:
         return None, frozenset()
     return compile(ast.Module(body=kept, type_ignores=[]), "<setup>", "exec"), frozenset(names)
