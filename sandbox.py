@@ -1533,10 +1533,7 @@ def _serve(mode, hidden="[]"):
     # the runs read it there, and what they write goes back by sendfile(2). So a run, a fork of this process,
     # finds nothing of any other job in its memory (a program that walked gc.get_objects() once found the
     # previous job's result lines and passed with a sibling's answers).
-    while True:
-        request = _read_request(proto_in)
-        if request is None:
-            break
+    while (request := _read_request(proto_in)) is not None:
         header, job_fd = request
         try:
             for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
