@@ -297,15 +297,11 @@ def decode_value(text):
     # heap every collection they trigger walks it all (0.9 s for [[0]] * 130000 in the test suite, 0.06 s off).
     collecting = gc.isenabled()
     gc.disable()
-    try:
-        try:      # data only; cost bounded by the length cap (deep nesting raises RecursionError)
-            tree = json.loads(text, parse_constant=_no_constant)
-        except (ValueError, TypeError, MemoryError, RecursionError) as e:
-            raise ValueError(f"value text is not JSON: {type(e).__name__}") from None
-        try:
-            return _untag(tree, 0)
-        except (TypeError, OverflowError, RecursionError) as e:
-            raise ValueError(f"bad value: {type(e).__name__}") from None
+    try:      # data only; cost bounded by the length cap (deep nesting raises RecursionError)
+        return _untag(json.loads(text, parse_constant=_no_constant), 0)
+    except (ValueError, TypeError, OverflowError, MemoryError, RecursionError) as e:
+        # A JSONDecodeError's text is the child's (a long line of it): only our own grammar messages are kept.
+        raise ValueError(str(e) if type(e) is ValueError else f"bad value text: {type(e).__name__}") from None
     finally:
         if collecting:
             gc.enable()
