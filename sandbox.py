@@ -1318,12 +1318,10 @@ def _new_run_dir():
         owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
         _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
-        return st.run_dir
-    if os.path.lexists(st.run_dir) and not _remove_tree(st.run_dir):
-        os.rename(st.run_dir, f"{st.run_dir}.stale{time.monotonic_ns()}")    # never reuse what was left
-    os.mkdir(st.run_dir, 0o700)
-    if st.is_root:
-        os.chown(st.run_dir, RUN_UID, RUN_UID)
+    else:
+        os.mkdir(st.run_dir, 0o700)
+        if st.is_root:
+            os.chown(st.run_dir, RUN_UID, RUN_UID)
     return st.run_dir
 
 
@@ -1336,7 +1334,8 @@ def _drop_run_dir(run_dir):
     try:
         os.rmdir(run_dir)          # the common case: the program wrote nothing
     except OSError:
-        _remove_tree(run_dir)
+        if not _remove_tree(run_dir):
+            os.rename(run_dir, f"{run_dir}.stale{time.monotonic_ns()}")    # never reused
     if not st.is_root:             # a non-root program owns the runs directory and may write into it
         for name in os.listdir(st.runs_dir):
             _remove_tree(os.path.join(st.runs_dir, name))
