@@ -1226,17 +1226,9 @@ def _statm(field):
         return 0
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-# Built once here, not in every child: ctypes objects cost page faults and lookups after a fork.
-_CAP_HEADER, _CAP_DATA = _CapHeader(0x20080522, 0), (_CapData * 2)()   # version 3: all sets empty
-_CAP_HEADER_REF = ctypes.byref(_CAP_HEADER)
+# capset(2)'s arguments, built once here, not in every child (ctypes objects cost page faults and lookups after a
+# fork): the header {version 3, pid 0 = this process}, then two {effective, permitted, inheritable} sets, all empty.
+_CAP_HEADER, _CAP_DATA = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
 _prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
 
 
@@ -1282,7 +1274,7 @@ def _child_confine(run):
         _become(RUN_UID)
     if _STATE.features["run_namespaces"]:
         _enter_run_namespaces(_STATE.features["net"] == "per run")
-    _check(_capset(_CAP_HEADER_REF, _CAP_DATA), "capset")
+    _check(_capset(_CAP_HEADER, _CAP_DATA), "capset")
     # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
     # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
     # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
