@@ -1677,22 +1677,24 @@ class _Worker:
         except ValueError:
             return [f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"]
 
-    def recv(self, n, deadline, keep=True):
-        """The next n bytes from the worker; keep=False: moved to /dev/null inside the kernel (splice), so a flood
-        never reaches this process."""
+    def recv(self, size, deadline, head=None, tail=0):
+        """The first `head` (default: all) and the last `tail` of the next `size` bytes from the worker, as text; the
+        middle is moved to /dev/null inside the kernel (splice), so a flood never reaches this process."""
         global _DEVNULL_FD
         if _DEVNULL_FD is None:
             _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        chunks = []
-        while n > 0:
-            if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                raise _WorkerDied("sandbox worker did not answer in time")
-            chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
-            got = len(chunks[-1]) if keep else os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
-            if not got:
-                raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
-            n -= got
-        return b"".join(chunks)
+        head = size if head is None else min(head, size)
+        tail, chunks = min(tail, size - head), []
+        for n, keep in ((head, True), (size - head - tail, False), (tail, True)):
+            while n > 0:
+                if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise _WorkerDied("sandbox worker did not answer in time")
+                chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
+                got = len(chunks[-1]) if keep else os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
+                if not got:
+                    raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
+                n -= got
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def message(self, deadline):
         """The server's next message (_reply: 8 digits of length, then JSON)."""
@@ -1744,30 +1746,22 @@ class _Worker:
         # sent to the server), else its last 2,000 bytes. Per job: `keep`. The rest is read and dropped.
         keep = keep or [_job_result_bytes(job, len(snippets))]
         per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
+        stdout_kept = [(STDIO_LENGTH_FACTOR * len(str(c["output"])) + 4097, 0) if job.kind == "stdio" else
+                       (0, EXCERPT_CHARS) for c in job.cases or [{"output": ""}]]        # (head, tail) per run
         n_lines, runs = len(snippets) + 16, []
         while (msg := self.message(deadline))["op"] == "run":
-            sizes, i, n_results = msg.pop("sizes"), len(runs), min(per_run, max(keep[0], 0))
-            expected = len(str(job.cases[i]["output"])) if job.kind == "stdio" and i < len(job.cases) else 0
-            head, tail = (STDIO_LENGTH_FACTOR * expected + 4097, 0) if job.kind == "stdio" else (0, EXCERPT_CHARS)
-            results = self.take(sizes[0], n_results, 0, deadline)
+            sizes, n_results = msg.pop("sizes"), min(per_run, max(keep[0], 0))
+            results = self.recv(sizes[0], deadline, n_results)
             keep[0] -= len(results)
             run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
-                       stdout=self.take(sizes[1], head, tail, deadline), stdout_size=sizes[1],
-                       stderr=self.take(sizes[2], sizes[2], 0, deadline))   # the server sends 2,000 bytes of it
+                       stdout=self.recv(sizes[1], deadline, *stdout_kept[len(runs)]), stdout_size=sizes[1],
+                       stderr=self.recv(sizes[2], deadline))   # the server sends 2,000 bytes of it
             if sizes[0] > n_results and run["limit"] is None:
                 run["limit"] = "output_limit"
             runs.append(run)
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
         return runs
-
-    def take(self, size, head, tail, deadline):
-        """The first `head` and last `tail` of the next `size` bytes, as text; the middle is dropped unread."""
-        head = min(head, size)
-        tail = min(tail, size - head)
-        data = self.recv(head, deadline)
-        self.recv(size - head - tail, deadline, keep=False)
-        return (data + self.recv(tail, deadline)).decode("utf-8", "replace")
 
 
 def _value_budget(job):
