@@ -1848,25 +1848,19 @@ def _over_time(job, run):
     return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
 
 
-class _ShortRepr(reprlib.Repr):
-    """Bounded repr for feedback: long containers elided, huge ints summarised (str() would refuse them)."""
-    def __init__(self):
-        super().__init__()
-        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 4, 12, 12, 8, 12
-        self.maxfrozenset, self.maxdeque, self.maxstring, self.maxother, self.maxlong = 12, 12, 160, 160, 160
-
-    def repr_int(self, x, level):
-        return f"<int with {x.bit_length()} bits>" if x.bit_length() > 1000 else repr(x)
-
-
-_SHORT_REPR = _ShortRepr()
+# Bounded repr for feedback: long containers and strings elided. An int over 4300 digits makes repr raise (the
+# message says so: _short shows it).
+_SHORT_REPR = reprlib.Repr()
+vars(_SHORT_REPR).update(maxlevel=4, maxlist=12, maxtuple=12, maxdict=8, maxset=12, maxfrozenset=12, maxdeque=12,
+                         maxstring=160, maxother=160, maxlong=160)
 
 
 def _short(x, n=300):
+    """repr(x) in at most n (+3) characters."""
     try:
         text = _SHORT_REPR.repr(x)
-    except Exception as e:     # decoded values are builtin, so this is only for safety
-        text = f"<repr failed: {type(e).__name__}>"
+    except Exception as e:     # an int over 4300 digits (decoded values are builtin: nothing else is expected)
+        text = f"<repr failed: {type(e).__name__}: {e}>"
     return text if len(text) <= n else text[:n] + "..."
 
 
