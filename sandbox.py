@@ -1841,6 +1841,17 @@ def _stop_reason(run, job, stage, where=True):
     return verdict, (f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}" if where else message)
 
 
+def _call_results(run, job):
+    """An assert or functional run -> (values, stop, done): the values the child reported ({k: entry}), why any
+    missing one is missing as (verdict, message), and whether the run completed its top level: the "ready" line
+    (sent after program and setup ran) and no failure. A program whose top level does not complete fails every
+    test (a rule of ours), even `assert 1`: its run is not a solution. A forged "ready" before an exit only claims
+    what finishing would have earned; exit codes play no part."""
+    stage, values = _parse_lines(run["lines"])
+    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
+    return values, stop, "ready" in stage and "failure" not in stage
+
+
 def _over_time(job, run):
     """(verdict, message) for a run that ended by itself over its CPU time (RLIMIT_CPU has whole seconds), else None."""
     if run["cpu_s"] <= job.time_limit_s:
@@ -1953,17 +1964,10 @@ def _execute_assert(worker, job):
     snippets = [s for _, p, _ in splits for s in p.snippets]
     run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
                      setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
-    stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
-    tests, error = _assert_results(ns, splits, values, stop), ""
-    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
-    # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
-    # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
-    if "ready" not in stage or "failure" in stage:
-        tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
-        failure = stage.get("failure")
-        error = f"{failure.get('stage')}: {_failure_verdict(failure)[1]}" if failure else f"{stop[0]}: {stop[1]}"
-    return _finish(job, tests, [run], error)
+    values, stop, done = _call_results(run, job)
+    if not done:      # every test fails, and the job's error says why (it is all a job without tests shows)
+        return _finish(job, [TestResult(stop[0], error=stop[1])] * len(splits), [run], f"{stop[0]}: {stop[1]}")
+    return _finish(job, _assert_results(ns, splits, values, stop), [run])
 
 
 @lru_cache(maxsize=1024)
@@ -2011,13 +2015,10 @@ def _execute_on(worker, job):
 
 def _judge_functional(job, case, run, budget):
     """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
-    its top level (the "ready" line and no failure), compared with the expected one."""
-    stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
+    its top level (_call_results), compared with the expected one."""
+    values, stop, done = _call_results(run, job)
     try:
-        if "ready" not in stage or "failure" in stage:
-            raise _CandidateFailure(*stop)
-        value = _value_from_entry(values.get(0), job.fn_name or "call", stop, budget)
+        value = _value_from_entry(values.get(0) if done else None, job.fn_name or "call", stop, budget)
     except _CandidateFailure as e:
         return TestResult(e.verdict, error=e.message)
     if late := _over_time(job, run):
