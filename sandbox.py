@@ -1936,9 +1936,10 @@ def _utf8(text):
 
 
 def _finish(job, tests, runs, error=""):
-    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
-    cpu, peak_kb = sum(r["cpu_s"] for r in runs), max([r["peak_kb"] for r in runs] or [0])
-    if job.kind == "assert" and runs[0]["limit"] == "output_limit":
+    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8). No
+    runs: the worker failed (`error`)."""
+    cpu, peak_kb = sum((r["cpu_s"] for r in runs), 0.0), max([r["peak_kb"] for r in runs] or [0])
+    if job.kind == "assert" and runs and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
                  TestResult("output_limit", t.got, _OUTPUT_LIMIT_MESSAGE) for t in tests]
@@ -1950,7 +1951,7 @@ def _finish(job, tests, runs, error=""):
     first_bad = next((t for t in tests if t.verdict != "passed"), None)
     return ProgramResult(verdict=first_bad.verdict if first_bad else ("error" if error else "passed"), tests=tests,
                          passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
-                         wall_s=sum(r["wall_s"] for r in runs), peak_bytes=peak_kb * 1024,
+                         wall_s=sum((r["wall_s"] for r in runs), 0.0), peak_bytes=peak_kb * 1024,
                          stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
                          stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
                          error=_utf8(error) or (first_bad.error if first_bad else ""))
@@ -2150,13 +2151,11 @@ class SandboxPool:
         recovery code, gone (the run itself now costs more)."""
         worker, runs, repeat = self._idle.get(), [], max(1, int(job.repeat))
         try:
-            runs.append(_execute_on(worker, job))
-            while len(runs) < repeat and runs[-1].verdict == "passed":
+            while not runs or (len(runs) < repeat and runs[-1].verdict == "passed"):
                 runs.append(_execute_on(worker, job))
         except _WorkerDied as e:
             worker.restart()
-            return ProgramResult("error", [TestResult("error", error=str(e))] * len(job.cases), 0, len(job.cases),
-                                 0.0, 0.0, 0, error=str(e))
+            return _finish(job, [TestResult("error", error=str(e))] * len(job.cases), [], str(e))
         except BaseException:
             worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
             raise
