@@ -2115,8 +2115,8 @@ class SandboxPool:
             raise
         self.isolation = dict(self._workers[0].features)
         # The weakest worker's mode (they start alike; a self-check can still differ).
-        modes = [_mode(w.features) for w in self._workers]
-        self.mode = min(modes, key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
+        self.mode = min((_mode(w.features) for w in self._workers),
+                        key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
 
     @property
     def size(self):
