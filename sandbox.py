@@ -2290,13 +2290,10 @@ def _main(argv):
             with open(args.program, encoding="utf-8") as f:
                 program = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            print(f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}",
-                  file=sys.stderr)
-            return 2
+            p.exit(2, f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}\n")
     with SandboxPool(1, isolation=args.isolation) as pool:
         if program is None:
-            print(json.dumps(pool.mode, indent=1))
-            print(mode_line(pool.mode))
+            print(json.dumps(pool.mode, indent=1), mode_line(pool.mode), sep="\n")
             return 0
         job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
         result = pool.run([job])[0]
