@@ -1781,27 +1781,6 @@ def _job_result_bytes(job, n_snippets):
 # ---------------------------------------------------------------------------------------------------
 # Verdicts (trainer side): everything here runs in this process, on what the child claimed
 # ---------------------------------------------------------------------------------------------------
-def _parse_lines(lines):
-    """Child result lines -> (stage info, {k: entry}). Malformed lines are ignored: the child is untrusted."""
-    stage, values = {}, {}
-    for line in lines:
-        try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if type(msg) is not dict:
-            continue
-        if type(msg.get("k")) is int:
-            # First answer wins. A program can write lines itself, but that only claims values, which
-            # returning them would do as well.
-            values.setdefault(msg["k"], msg)
-        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox") and "failure" not in stage:
-            stage["failure"] = msg
-        elif msg.get("stage") in ("ready", "end"):
-            stage[msg["stage"]] = True
-    return stage, values
-
-
 def _failure_verdict(entry):
     """A child-reported exception -> (verdict, message)."""
     etype = str(entry.get("etype", "Exception"))
@@ -1822,9 +1801,10 @@ _ENDED_EARLY = ("the program ended before this test ran (exit status {}): sys.ex
                 "channel")
 
 
-def _stop_reason(run, job, stage, where=True):
+def _stop_reason(run, job, failure, calls=True):
     """Why a run did not end normally, as (verdict, message): a limit or a signal stopped it, else the child reported
-    an exception (where=True: the message says where it was raised); None when neither."""
+    an exception (`failure`). For a run that calls the program (assert, functional: calls=True) the message says where
+    the exception was raised, and a run that ended by itself before its calls did says so; otherwise None."""
     if run["limit"] in _LIMITS:
         verdict, message = _LIMITS[run["limit"]]
         return verdict, message.format(wall=job.time_limit_s * WALL_FACTOR + WALL_SLACK_S, cpu=job.time_limit_s)
@@ -1835,21 +1815,35 @@ def _stop_reason(run, job, stage, where=True):
         return "memory", f"killed by {_SIGNAL_NAMES.get(sig, sig)} near the memory limit"
     if sig is not None:
         return "killed", f"killed by signal {_SIGNAL_NAMES.get(sig, sig)}"
-    if "failure" not in stage:
-        return None
-    verdict, message = _failure_verdict(stage["failure"])
-    return verdict, (f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}" if where else message)
+    if failure is None:
+        return ("error", _ENDED_EARLY.format(run["exit"])) if calls else None
+    verdict, message = _failure_verdict(failure)
+    return verdict, (f"{_WHERE.get(failure.get('stage'), '')} {message}" if calls else message)
 
 
-def _call_results(run, job):
-    """An assert or functional run -> (values, stop, done): the values the child reported ({k: entry}), why any
-    missing one is missing as (verdict, message), and whether the run completed its top level: the "ready" line
-    (sent after program and setup ran) and no failure. A program whose top level does not complete fails every
-    test (a rule of ours), even `assert 1`: its run is not a solution. A forged "ready" before an exit only claims
-    what finishing would have earned; exit codes play no part."""
-    stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
-    return values, stop, "ready" in stage and "failure" not in stage
+def _read_run(run, job, calls=True):
+    """What the parent makes of a run's result lines (the child is untrusted: malformed lines are ignored) ->
+    (values, stop, done). values: {k: entry}, the first line for each k (a program can write lines itself, but that
+    only claims values, which returning them would do as well). stop: why the run did not end normally
+    (_stop_reason). done: the run completed its top level: the "ready" line (sent after program and setup ran) and
+    no failure. A program whose top level does not complete fails every test (a rule of ours), even `assert 1`:
+    its run is not a solution. A forged "ready" before an exit only claims what finishing would have earned; exit
+    codes play no part."""
+    failure, ready, values = None, False, {}
+    for line in run["lines"]:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if type(msg) is not dict:
+            continue
+        if type(msg.get("k")) is int:
+            values.setdefault(msg["k"], msg)
+        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox"):
+            failure = failure or msg
+        elif msg.get("stage") == "ready":
+            ready = True
+    return values, _stop_reason(run, job, failure, calls), ready and failure is None
 
 
 def _over_time(job, run):
@@ -1965,7 +1959,7 @@ def _execute_assert(worker, job):
     snippets = [s for _, p, _ in splits for s in p.snippets]
     run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
                      setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
-    values, stop, done = _call_results(run, job)
+    values, stop, done = _read_run(run, job)
     if not done:      # every test fails, and the job's error says why (it is all a job without tests shows)
         return _finish(job, [TestResult(stop[0], error=stop[1])] * len(splits), [run], f"{stop[0]}: {stop[1]}")
     return _finish(job, _assert_results(ns, splits, values, stop), [run])
@@ -2014,8 +2008,8 @@ def _execute_on(worker, job):
 
 def _judge_functional(job, case, run, budget):
     """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
-    its top level (_call_results), compared with the expected one."""
-    values, stop, done = _call_results(run, job)
+    its top level (_read_run), compared with the expected one."""
+    values, stop, done = _read_run(run, job)
     try:
         value = _value_from_entry(values.get(0) if done else None, job.fn_name or "call", stop, budget)
     except _CandidateFailure as e:
@@ -2037,7 +2031,7 @@ def _judge_functional(job, case, run, budget):
 def _judge_stdio(job, case, run, budget):
     """One stdio test from its own run -> TestResult, or None when the benchmark's checker must judge it."""
     got = run["stdout"][:EXCERPT_CHARS]
-    problem = _stop_reason(run, job, _parse_lines(run["lines"])[0], where=False) or _over_time(job, run)
+    problem = _read_run(run, job, calls=False)[1] or _over_time(job, run)
     if problem:
         return TestResult(problem[0], got=got, error=problem[1])
     # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
@@ -2081,7 +2075,7 @@ def _run_checker(worker, job, cases, runs, tests):
     checker = Job(program=job.checker, kind="stdio", cases=checks, prelude=CHECKER_PRELUDE,
                   time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
     for i, crun in zip(pending, worker.run(checker)):
-        problem = _stop_reason(crun, checker, _parse_lines(crun["lines"])[0], where=False)
+        problem = _read_run(crun, checker, calls=False)[1]
         said = crun["stdout"].strip()
         # A malformed output often crashes a checker: the output is not accepted.
         error = (f"the checker did not accept the output: {problem[1]}" if problem else
