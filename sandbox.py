@@ -1630,9 +1630,6 @@ def _guarded(protect=()):
                    *(p for p in packages if os.path.isdir(p))})
 
 
-_DEVNULL_FD = None     # opened by the first client that drops bytes (_Worker.recv)
-
-
 class _WorkerDied(Exception):
     """The worker process is gone or wedged: SandboxPool restarts it and reports the job as an error."""
 
@@ -1660,6 +1657,7 @@ class _Worker:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      start_new_session=True, close_fds=True, bufsize=0)
         self.fd = self.proc.stdout.fileno()
+        self.devnull = open(os.devnull, "wb", buffering=0)      # where recv drops bytes (a file: closed once)
         hello = self.message(time.monotonic() + 60.0)
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
@@ -1680,9 +1678,6 @@ class _Worker:
     def recv(self, size, deadline, head=None, tail=0):
         """The first `head` (default: all) and the last `tail` of the next `size` bytes from the worker, as text; the
         middle is moved to /dev/null inside the kernel (splice), so a flood never reaches this process."""
-        global _DEVNULL_FD
-        if _DEVNULL_FD is None:
-            _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         head = size if head is None else min(head, size)
         tail, chunks = min(tail, size - head), []
         for n, keep in ((head, True), (size - head - tail, False), (tail, True)):
@@ -1690,7 +1685,7 @@ class _Worker:
                 if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
                     raise _WorkerDied("sandbox worker did not answer in time")
                 chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
-                got = len(chunks[-1]) if keep else os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
+                got = len(chunks[-1]) if keep else os.splice(self.fd, self.devnull.fileno(), min(n, 1 << 30))
                 if not got:
                     raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
                 n -= got
@@ -1713,6 +1708,7 @@ class _Worker:
                 pass
             self.proc.wait()
         self.proc.stdout.close()
+        self.devnull.close()
 
     def restart(self):
         """A fresh server in place of this one (gone, wedged, or with a reply half read)."""
