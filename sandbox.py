@@ -2273,25 +2273,23 @@ def _main(argv):
         p.error(f"argument --time-limit: must be a positive number of seconds, got {args.time_limit}")
     if args.test and not args.program:
         p.error("--test needs a PROGRAM file to run the tests against")
-    program = None
-    if args.program and not args.probe:
-        # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
-        try:
-            with open(args.program, encoding="utf-8") as f:
-                program = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            p.exit(2, f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}\n")
-    with SandboxPool(1, isolation=args.isolation) as pool:
-        if program is None:
+    if args.probe or not args.program:
+        with SandboxPool(1, isolation=args.isolation) as pool:
             print(json.dumps(pool.mode, indent=1), mode_line(pool.mode), sep="\n")
-            return 0
-        job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
+        return 0
+    # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
+    try:
+        with open(args.program, encoding="utf-8") as f:
+            job = Job(program=f.read(), kind="assert", cases=args.test, time_limit_s=args.time_limit)
+    except (OSError, UnicodeDecodeError) as e:
+        p.exit(2, f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}\n")
+    with SandboxPool(1, isolation=args.isolation) as pool:
         result = pool.run([job])[0]
-        print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
-        # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
-        # test (_execute_assert), and without tests feedback() says why the program failed.
-        print(feedback(job, result, max_cases=3))
-        return 0 if result.verdict == "passed" else 1
+    print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
+    # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
+    # test (_execute_assert), and without tests feedback() says why the program failed.
+    print(feedback(job, result, max_cases=3))
+    return 0 if result.verdict == "passed" else 1
 
 
 if __name__ == "__main__":
