@@ -1609,9 +1609,6 @@ def _guarded(protect=()):
                    *(p for p in packages if os.path.isdir(p))})
 
 
-_DEVNULL_FD = None     # opened by the first client that drops bytes (_Worker.recv)
-
-
 class _WorkerDied(Exception):
     """The worker process is gone or wedged: SandboxPool restarts it and reports the job as an error."""
 
@@ -1639,6 +1636,7 @@ class _Worker:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      start_new_session=True, close_fds=True, bufsize=0)
         self.fd = self.proc.stdout.fileno()
+        self.devnull = open(os.devnull, "wb", buffering=0)      # where recv drops bytes (a file: closed once)
         hello = self.message(time.monotonic() + 60.0)
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
@@ -1656,22 +1654,21 @@ class _Worker:
         except ValueError:
             return [f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"]
 
-    def recv(self, n, deadline, keep=True):
-        """The next n bytes from the worker; keep=False: moved to /dev/null inside the kernel (splice), so a flood
-        never reaches this process."""
-        global _DEVNULL_FD
-        if _DEVNULL_FD is None:
-            _DEVNULL_FD = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        chunks = []
-        while n > 0:
-            if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                raise _WorkerDied("sandbox worker did not answer in time")
-            chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
-            got = len(chunks[-1]) if keep else os.splice(self.fd, _DEVNULL_FD, min(n, 1 << 30))
-            if not got:
-                raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
-            n -= got
-        return b"".join(chunks)
+    def recv(self, size, deadline, head=None, tail=0):
+        """The first `head` (default: all) and the last `tail` of the next `size` bytes from the worker, as text; the
+        middle is moved to /dev/null inside the kernel (splice), so a flood never reaches this process."""
+        head = size if head is None else min(head, size)
+        tail, chunks = min(tail, size - head), []
+        for n, keep in ((head, True), (size - head - tail, False), (tail, True)):
+            while n > 0:
+                if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise _WorkerDied("sandbox worker did not answer in time")
+                chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
+                got = len(chunks[-1]) if keep else os.splice(self.fd, self.devnull.fileno(), min(n, 1 << 30))
+                if not got:
+                    raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
+                n -= got
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def message(self, deadline):
         """The server's next message (_reply: 8 digits of length, then JSON)."""
@@ -1690,6 +1687,7 @@ class _Worker:
                 pass
             self.proc.wait()
         self.proc.stdout.close()
+        self.devnull.close()
 
     def restart(self):
         """A fresh server in place of this one (gone, wedged, or with a reply half read)."""
@@ -1723,30 +1721,22 @@ class _Worker:
         # sent to the server), else its last 2,000 bytes. Per job: `keep`. The rest is read and dropped.
         keep = keep or [_job_result_bytes(job, len(snippets))]
         per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
+        stdout_kept = [(STDIO_LENGTH_FACTOR * len(str(c["output"])) + 4097, 0) if job.kind == "stdio" else
+                       (0, EXCERPT_CHARS) for c in job.cases or [{"output": ""}]]        # (head, tail) per run
         n_lines, runs = len(snippets) + 16, []
         while (msg := self.message(deadline))["op"] == "run":
-            sizes, i, n_results = msg.pop("sizes"), len(runs), min(per_run, max(keep[0], 0))
-            expected = len(str(job.cases[i]["output"])) if job.kind == "stdio" and i < len(job.cases) else 0
-            head, tail = (STDIO_LENGTH_FACTOR * expected + 4097, 0) if job.kind == "stdio" else (0, EXCERPT_CHARS)
-            results = self.take(sizes[0], n_results, 0, deadline)
+            sizes, n_results = msg.pop("sizes"), min(per_run, max(keep[0], 0))
+            results = self.recv(sizes[0], deadline, n_results)
             keep[0] -= len(results)
             run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
-                       stdout=self.take(sizes[1], head, tail, deadline), stdout_size=sizes[1],
-                       stderr=self.take(sizes[2], sizes[2], 0, deadline))   # the server sends 2,000 bytes of it
+                       stdout=self.recv(sizes[1], deadline, *stdout_kept[len(runs)]), stdout_size=sizes[1],
+                       stderr=self.recv(sizes[2], deadline))   # the server sends 2,000 bytes of it
             if sizes[0] > n_results and run["limit"] is None:
                 run["limit"] = "output_limit"
             runs.append(run)
         if "server_error" in msg:
             raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
         return runs
-
-    def take(self, size, head, tail, deadline):
-        """The first `head` and last `tail` of the next `size` bytes, as text; the middle is dropped unread."""
-        head = min(head, size)
-        tail = min(tail, size - head)
-        data = self.recv(head, deadline)
-        self.recv(size - head - tail, deadline, keep=False)
-        return (data + self.recv(tail, deadline)).decode("utf-8", "replace")
 
 
 def _value_budget(job):
@@ -1766,27 +1756,6 @@ def _job_result_bytes(job, n_snippets):
 # ---------------------------------------------------------------------------------------------------
 # Verdicts (trainer side): everything here runs in this process, on what the child claimed
 # ---------------------------------------------------------------------------------------------------
-def _parse_lines(lines):
-    """Child result lines -> (stage info, {k: entry}). Malformed lines are ignored: the child is untrusted."""
-    stage, values = {}, {}
-    for line in lines:
-        try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if type(msg) is not dict:
-            continue
-        if type(msg.get("k")) is int:
-            # First answer wins. A program can write lines itself, but that only claims values, which
-            # returning them would do as well.
-            values.setdefault(msg["k"], msg)
-        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox") and "failure" not in stage:
-            stage["failure"] = msg
-        elif msg.get("stage") in ("ready", "end"):
-            stage[msg["stage"]] = True
-    return stage, values
-
-
 def _failure_verdict(entry):
     """A child-reported exception -> (verdict, message)."""
     etype = str(entry.get("etype", "Exception"))
@@ -1807,9 +1776,10 @@ _ENDED_EARLY = ("the program ended before this test ran (exit status {}): sys.ex
                 "channel")
 
 
-def _stop_reason(run, job, stage, where=True):
+def _stop_reason(run, job, failure, calls=True):
     """Why a run did not end normally, as (verdict, message): a limit or a signal stopped it, else the child reported
-    an exception (where=True: the message says where it was raised); None when neither."""
+    an exception (`failure`). For a run that calls the program (assert, functional: calls=True) the message says where
+    the exception was raised, and a run that ended by itself before its calls did says so; otherwise None."""
     if run["limit"] in _LIMITS:
         verdict, message = _LIMITS[run["limit"]]
         return verdict, message.format(wall=job.time_limit_s * WALL_FACTOR + WALL_SLACK_S, cpu=job.time_limit_s)
@@ -1820,10 +1790,35 @@ def _stop_reason(run, job, stage, where=True):
         return "memory", f"killed by {_SIGNAL_NAMES.get(sig, sig)} near the memory limit"
     if sig is not None:
         return "killed", f"killed by signal {_SIGNAL_NAMES.get(sig, sig)}"
-    if "failure" not in stage:
-        return None
-    verdict, message = _failure_verdict(stage["failure"])
-    return verdict, (f"{_WHERE.get(stage['failure'].get('stage'), '')} {message}" if where else message)
+    if failure is None:
+        return ("error", _ENDED_EARLY.format(run["exit"])) if calls else None
+    verdict, message = _failure_verdict(failure)
+    return verdict, (f"{_WHERE.get(failure.get('stage'), '')} {message}" if calls else message)
+
+
+def _read_run(run, job, calls=True):
+    """What the parent makes of a run's result lines (the child is untrusted: malformed lines are ignored) ->
+    (values, stop, done). values: {k: entry}, the first line for each k (a program can write lines itself, but that
+    only claims values, which returning them would do as well). stop: why the run did not end normally
+    (_stop_reason). done: the run completed its top level: the "ready" line (sent after program and setup ran) and
+    no failure. A program whose top level does not complete fails every test (a rule of ours), even `assert 1`:
+    its run is not a solution. A forged "ready" before an exit only claims what finishing would have earned; exit
+    codes play no part."""
+    failure, ready, values = None, False, {}
+    for line in run["lines"]:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if type(msg) is not dict:
+            continue
+        if type(msg.get("k")) is int:
+            values.setdefault(msg["k"], msg)
+        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox"):
+            failure = failure or msg
+        elif msg.get("stage") == "ready":
+            ready = True
+    return values, _stop_reason(run, job, failure, calls), ready and failure is None
 
 
 def _over_time(job, run):
@@ -1833,25 +1828,19 @@ def _over_time(job, run):
     return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
 
 
-class _ShortRepr(reprlib.Repr):
-    """Bounded repr for feedback: long containers elided, huge ints summarised (str() would refuse them)."""
-    def __init__(self):
-        super().__init__()
-        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 4, 12, 12, 8, 12
-        self.maxfrozenset, self.maxdeque, self.maxstring, self.maxother, self.maxlong = 12, 12, 160, 160, 160
-
-    def repr_int(self, x, level):
-        return f"<int with {x.bit_length()} bits>" if x.bit_length() > 1000 else repr(x)
-
-
-_SHORT_REPR = _ShortRepr()
+# Bounded repr for feedback: long containers and strings elided. An int over 4300 digits makes repr raise (the
+# message says so: _short shows it).
+_SHORT_REPR = reprlib.Repr()
+vars(_SHORT_REPR).update(maxlevel=4, maxlist=12, maxtuple=12, maxdict=8, maxset=12, maxfrozenset=12, maxdeque=12,
+                         maxstring=160, maxother=160, maxlong=160)
 
 
 def _short(x, n=300):
+    """repr(x) in at most n (+3) characters."""
     try:
         text = _SHORT_REPR.repr(x)
-    except Exception as e:     # decoded values are builtin, so this is only for safety
-        text = f"<repr failed: {type(e).__name__}>"
+    except Exception as e:     # an int over 4300 digits (decoded values are builtin: nothing else is expected)
+        text = f"<repr failed: {type(e).__name__}: {e}>"
     return text if len(text) <= n else text[:n] + "..."
 
 
@@ -1916,9 +1905,10 @@ def _utf8(text):
 
 
 def _finish(job, tests, runs, error=""):
-    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8)."""
-    cpu, peak_kb = sum(r["cpu_s"] for r in runs), max([r["peak_kb"] for r in runs] or [0])
-    if job.kind == "assert" and runs[0]["limit"] == "output_limit":
+    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8). No
+    runs: the worker failed (`error`)."""
+    cpu, peak_kb = sum((r["cpu_s"] for r in runs), 0.0), max([r["peak_kb"] for r in runs] or [0])
+    if job.kind == "assert" and runs and runs[0]["limit"] == "output_limit":
         # A flood: whatever the child said after it (often an error from a failed write) is moot.
         tests = [t if t.verdict == "passed" else
                  TestResult("output_limit", t.got, _OUTPUT_LIMIT_MESSAGE) for t in tests]
@@ -1930,7 +1920,7 @@ def _finish(job, tests, runs, error=""):
     first_bad = next((t for t in tests if t.verdict != "passed"), None)
     return ProgramResult(verdict=first_bad.verdict if first_bad else ("error" if error else "passed"), tests=tests,
                          passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
-                         wall_s=sum(r["wall_s"] for r in runs), peak_bytes=peak_kb * 1024,
+                         wall_s=sum((r["wall_s"] for r in runs), 0.0), peak_bytes=peak_kb * 1024,
                          stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
                          stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
                          error=_utf8(error) or (first_bad.error if first_bad else ""))
@@ -1944,17 +1934,10 @@ def _execute_assert(worker, job):
     snippets = [s for _, p, _ in splits for s in p.snippets]
     run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
                      setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
-    stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
-    tests, error = _assert_results(ns, splits, values, stop), ""
-    # A program whose top level does not complete fails every test (a rule of ours), even `assert 1`: its run
-    # is not a solution. Completed = the "ready" line (sent after program and setup ran) and no failure; a
-    # forged "ready" before an exit only claims what finishing would have earned. Exit codes play no part.
-    if "ready" not in stage or "failure" in stage:
-        tests = [TestResult(stop[0], t.got, stop[1]) for t in tests]
-        failure = stage.get("failure")
-        error = f"{failure.get('stage')}: {_failure_verdict(failure)[1]}" if failure else f"{stop[0]}: {stop[1]}"
-    return _finish(job, tests, [run], error)
+    values, stop, done = _read_run(run, job)
+    if not done:      # every test fails, and the job's error says why (it is all a job without tests shows)
+        return _finish(job, [TestResult(stop[0], error=stop[1])] * len(splits), [run], f"{stop[0]}: {stop[1]}")
+    return _finish(job, _assert_results(ns, splits, values, stop), [run])
 
 
 @lru_cache(maxsize=1024)
@@ -1988,27 +1971,22 @@ def _execute_on(worker, job):
     budget = [_value_budget(job)]           # what the parent still decodes of the job's values, over all its runs
     keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
     n, lo, tests, runs = len(job.cases), 0, [], []
-    while True:
+    while not runs or (lo < n and all(t.verdict == "passed" for t in tests)):      # a job without tests runs once
         hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
         part = job.cases[lo:hi]
         part_runs = worker.run(job._replace(cases=part), keep=keep)
         tests += _run_checker(worker, job, part, part_runs, [judge(job, c, r, budget) for c, r in zip(part, part_runs)])
         runs, lo = runs + part_runs, hi
-        if lo >= n or any(t.verdict != "passed" for t in tests):
-            break
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
     return _finish(job, tests + [skipped] * (n - len(tests)), runs)
 
 
 def _judge_functional(job, case, run, budget):
     """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
-    its top level (the "ready" line and no failure), compared with the expected one."""
-    stage, values = _parse_lines(run["lines"])
-    stop = _stop_reason(run, job, stage) or ("error", _ENDED_EARLY.format(run["exit"]))
+    its top level (_read_run), compared with the expected one."""
+    values, stop, done = _read_run(run, job)
     try:
-        if "ready" not in stage or "failure" in stage:
-            raise _CandidateFailure(*stop)
-        value = _value_from_entry(values.get(0), job.fn_name or "call", stop, budget)
+        value = _value_from_entry(values.get(0) if done else None, job.fn_name or "call", stop, budget)
     except _CandidateFailure as e:
         return TestResult(e.verdict, error=e.message)
     if late := _over_time(job, run):
@@ -2028,7 +2006,7 @@ def _judge_functional(job, case, run, budget):
 def _judge_stdio(job, case, run, budget):
     """One stdio test from its own run -> TestResult, or None when the benchmark's checker must judge it."""
     got = run["stdout"][:EXCERPT_CHARS]
-    problem = _stop_reason(run, job, _parse_lines(run["lines"])[0], where=False) or _over_time(job, run)
+    problem = _read_run(run, job, calls=False)[1] or _over_time(job, run)
     if problem:
         return TestResult(problem[0], got=got, error=problem[1])
     # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
@@ -2072,7 +2050,7 @@ def _run_checker(worker, job, cases, runs, tests):
     checker = Job(program=job.checker, kind="stdio", cases=checks, prelude=CHECKER_PRELUDE,
                   time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
     for i, crun in zip(pending, worker.run(checker)):
-        problem = _stop_reason(crun, checker, _parse_lines(crun["lines"])[0], where=False)
+        problem = _read_run(crun, checker, calls=False)[1]
         said = crun["stdout"].strip()
         # A malformed output often crashes a checker: the output is not accepted.
         error = (f"the checker did not accept the output: {problem[1]}" if problem else
@@ -2106,8 +2084,8 @@ class SandboxPool:
             raise
         self.isolation = dict(self._workers[0].features)
         # The weakest worker's mode (they start alike; a self-check can still differ).
-        modes = [_mode(w.features) for w in self._workers]
-        self.mode = min(modes, key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
+        self.mode = min((_mode(w.features) for w in self._workers),
+                        key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
 
     @property
     def size(self):
@@ -2140,13 +2118,11 @@ class SandboxPool:
         recovery code, gone (the run itself now costs more)."""
         worker, runs, repeat = self._idle.get(), [], max(1, int(job.repeat))
         try:
-            runs.append(_execute_on(worker, job))
-            while len(runs) < repeat and runs[-1].verdict == "passed":
+            while not runs or (len(runs) < repeat and runs[-1].verdict == "passed"):
                 runs.append(_execute_on(worker, job))
         except _WorkerDied as e:
             worker.restart()
-            return ProgramResult("error", [TestResult("error", error=str(e))] * len(job.cases), 0, len(job.cases),
-                                 0.0, 0.0, 0, error=str(e))
+            return _finish(job, [TestResult("error", error=str(e))] * len(job.cases), [], str(e))
         except BaseException:
             worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
             raise
@@ -2276,28 +2252,23 @@ def _main(argv):
         p.error(f"argument --time-limit: must be a positive number of seconds, got {args.time_limit}")
     if args.test and not args.program:
         p.error("--test needs a PROGRAM file to run the tests against")
-    program = None
-    if args.program and not args.probe:
-        # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
-        try:
-            with open(args.program, encoding="utf-8") as f:
-                program = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            print(f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}",
-                  file=sys.stderr)
-            return 2
+    if args.probe or not args.program:
+        with SandboxPool(1, isolation=args.isolation) as pool:
+            print(json.dumps(pool.mode, indent=1), mode_line(pool.mode), sep="\n")
+        return 0
+    # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
+    try:
+        with open(args.program, encoding="utf-8") as f:
+            job = Job(program=f.read(), kind="assert", cases=args.test, time_limit_s=args.time_limit)
+    except (OSError, UnicodeDecodeError) as e:
+        p.exit(2, f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}\n")
     with SandboxPool(1, isolation=args.isolation) as pool:
-        if program is None:
-            print(json.dumps(pool.mode, indent=1))
-            print(mode_line(pool.mode))
-            return 0
-        job = Job(program=program, kind="assert", cases=args.test, time_limit_s=args.time_limit)
         result = pool.run([job])[0]
-        print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
-        # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
-        # test (_execute_assert), and without tests feedback() says why the program failed.
-        print(feedback(job, result, max_cases=3))
-        return 0 if result.verdict == "passed" else 1
+    print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
+    # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
+    # test (_execute_assert), and without tests feedback() says why the program failed.
+    print(feedback(job, result, max_cases=3))
+    return 0 if result.verdict == "passed" else 1
 
 
 if __name__ == "__main__":
