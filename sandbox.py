@@ -1833,13 +1833,15 @@ def _over_time(job, run):
 _SHORT_REPR = reprlib.Repr()
 vars(_SHORT_REPR).update(maxlevel=4, maxlist=12, maxtuple=12, maxdict=8, maxset=12, maxfrozenset=12, maxdeque=12,
                          maxstring=160, maxother=160, maxlong=160)
+# str() refuses ints over 4300 digits: those are summarised, in place (the rest of a container still shows).
+_SHORT_REPR.repr_int = lambda x, level: f"<int with {x.bit_length()} bits>" if x.bit_length() > 1000 else repr(x)
 
 
 def _short(x, n=300):
     """repr(x) in at most n (+3) characters."""
     try:
         text = _SHORT_REPR.repr(x)
-    except Exception as e:     # an int over 4300 digits (decoded values are builtin: nothing else is expected)
+    except Exception as e:     # decoded values are builtin, so this is only for safety
         text = f"<repr failed: {type(e).__name__}: {e}>"
     return text if len(text) <= n else text[:n] + "..."
 

@@ -676,3 +676,8 @@ def test_copies_of_one_passing_program_get_small_advantages_end_to_end(pool):
     assert adv.abs().max() <= 0.5, [r.cpu_s for r in results]
     adv, _ = grpo.group_advantages(rewards.coder_rewards([1.0] * 8, [r.peak_bytes for r in results]), 8)
     assert (adv == 0).all(), [r.peak_bytes for r in results]
+
+
+def test_feedback_summarises_an_int_str_refuses_and_shows_the_rest():
+    # str() refuses ints over 4300 digits; the feedback shows the rest of the value and a summary in its place.
+    assert sb._short([1, 10 ** 5000, "x"]) == "[1, <int with 16610 bits>, 'x']"
