@@ -12,8 +12,8 @@ The idea on one screen. A warm fork server per core (a clean interpreter started
   fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges)
        -> run the program and the candidate-calling snippets, which send back plain values (tagged JSON)
        -> measure from the run's cgroup (CPU and peak memory of every process it had) -> kill what is left
-and the trainer process judges: it rebuilds the values type-strictly (exact builtin types only: an always-equal
-object is refused) and runs the test's own comparison on them with Python's `==`. So the verdict is never
+and the trainer process judges: it rebuilds the values type-strictly (a small grammar of exact types, see Values: an
+always-equal object is refused) and runs the test's own comparison on them with Python's `==`. So the verdict is never
 computed where the candidate runs, and expected values never enter that process, nor anything of another job
 (requests reach the runs through memfds by splice(2), replies leave by sendfile(2): the server never holds a
 job's data). Exit codes and prints are never the verdict; a program whose top level does not complete fails.
@@ -32,7 +32,7 @@ and `refusal` says when a caller must not go on: without isolation, or with a ti
 is not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
 
 What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
-interactive problems. Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
+interactive problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate in a loop, comprehension or def, or
 with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or HumanEval case needs
 more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child: train.py leaves those
 problems out of training (never a reward); evaluate.py keeps them, with this limitation. Without a cgroup of our
