@@ -179,6 +179,14 @@ _SEQ_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "F"}
 _DICT_TAGS = {dict: ("d", dict.items), _Counter: ("C", dict.items), _OrderedDict: ("O", _OrderedDict.items),
               _defaultdict: ("D", dict.items)}
 _SCALARS = frozenset({type(None), bool, int, float, str})     # what json.loads gives that is a value as it is
+# The other types as [tag, part, ...] (sub: the encoder of a part): an int too big for JSON as hex (not subject to
+# the int/str digit limit), a float JSON cannot hold by its repr ("inf", "-inf", "nan"). A few MBPP tests assert
+# the truthiness of a returned re.Match. our choice: it travels as span and text and comes back as a MatchValue,
+# true and equal only to itself (returning True passes too).
+_PARTS = {int: lambda x, sub: ["I", hex(x)], float: lambda x, sub: ["f", repr(x)],
+          bytes: lambda x, sub: ["b", x.decode("latin-1")], bytearray: lambda x, sub: ["Y", x.decode("latin-1")],
+          complex: lambda x, sub: ["c", sub(x.real), sub(x.imag)],
+          _Match: lambda x, sub: ["R", x.start(), x.end(), sub(x.group(0))]}
 
 
 class _Refused(Exception):
@@ -209,15 +217,10 @@ def _tag_value(x, depth, budget):
         raise _Refused(f"int with {x.bit_length()} bits is larger than {VALUE_MAX_INT_BITS} bits")
     if t is _Match and type(x.group(0)) is not str:
         raise _Refused("re.Match on bytes")
-    # A few MBPP tests assert the truthiness of a returned re.Match. our choice: it travels as span and text and
-    # comes back as a MatchValue, true and equal only to itself (returning True passes too).
-    parts = {int: lambda: ["I", hex(x)], float: lambda: ["f", repr(x)], bytes: lambda: ["b", x.decode("latin-1")],
-             bytearray: lambda: ["Y", x.decode("latin-1")], complex: lambda: ["c", sub(x.real), sub(x.imag)],
-             _Match: lambda: ["R", x.start(), x.end(), sub(x.group(0))]}.get(t)
-    if parts is None:
+    if t not in _PARTS:
         raise _Refused(f"type {getattr(t, '__qualname__', '?')!r} is not a plain builtin value (type-strict: exact "
                        "builtin types only)")
-    return parts()
+    return _PARTS[t](x, sub)
 
 
 def encode_value(x) -> str:
