@@ -476,7 +476,8 @@ def _parent_setup(setup: str):
             mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             ok = not getattr(node, "level", 0) and all(m.split(".")[0] in TRUSTED_MODULES for m in mods)
         try:
-            ok = ok and exec(compile(ast.Module(body=[node], type_ignores=[]), "<setup>", "exec"), ns) is None
+            if ok:
+                exec(compile(ast.Module(body=[node], type_ignores=[]), "<setup>", "exec"), ns)
         except Exception:     # it fails on its own: the child runs it (and reports the failure)
             ok = False
         kept += [node] if ok else []
@@ -1447,7 +1448,7 @@ def _spawn_and_wait(job_fd, index, limits):
 
 
 def _send_run(fd, obs):
-    """One run's observations as a JSON line, then its result lines, stdout and the tail of its stderr as raw
+    """One run's observations as a message (_reply), then its result lines, stdout and the tail of its stderr as raw
     bytes, copied by the kernel from the run's memfds (sendfile): this server never holds what a run wrote.
     More than the caps reads as a flood."""
     parts, limit = [], obs["limit"]
@@ -1831,8 +1832,7 @@ def _over_time(job, run):
     return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
 
 
-# Bounded repr for feedback: long containers and strings elided. An int over 4300 digits makes repr raise (the
-# message says so: _short shows it).
+# Bounded repr for feedback: long containers and strings elided.
 _SHORT_REPR = reprlib.Repr()
 vars(_SHORT_REPR).update(maxlevel=4, maxlist=12, maxtuple=12, maxdict=8, maxset=12, maxfrozenset=12, maxdeque=12,
                          maxstring=160, maxother=160, maxlong=160)
