@@ -45,7 +45,7 @@ figures).
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
 "passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run); cgroups(7),
-user_namespaces(7), pid_namespaces(7), pivot_root(2), sock_diag(7), wait4(2).
+user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix, net/netlink), wait4(2).
 """
 import ast
 import builtins
@@ -778,13 +778,13 @@ def _mount(src, target, fstype, flags, data=None):
 
 
 class _ServerState:
-    """What the fork server knows about its own isolation (one instance per server process). statm_fd:
-    /proc/self/statm, opened before /proc disappears; last_pid_fd: ns_last_pid of our PID namespace (a random pid for
+    """What the fork server knows about its own isolation (one instance per server process). proc_fd:
+    /proc/self, opened before /proc disappears; last_pid_fd: ns_last_pid of our PID namespace (a random pid for
     each run); cgroup: a _Cgroup, or None (CPU from wait4, peaks max RSS); runs_dir: where run directories live (/sbx
     under the minimal root), run_dir: the one run directory (re-created for every run); stacked: the run tmpfs mounts
     covered there (_drop_run_dir); client_fd: the client channel, never read during a run (its hang-up ends every
     run); poller: one select.poll for every run (the client channel, plus each run's pidfd)."""
-    statm_fd = last_pid_fd = cgroup = runs_dir = run_dir = client_fd = poller = None
+    proc_fd = last_pid_fd = cgroup = runs_dir = run_dir = client_fd = poller = None
     pid_max, client_gone, stacked = 32768, False, 0
 
     def __init__(self):
@@ -852,9 +852,9 @@ def _enter_isolation(mode, hidden):
     else:
         st.attempt("namespaces unavailable; running without them", lambda: _enter_namespaces(st))
     for fd in st.cgroup.workers.values() if st.cgroup is not None and st.cgroup.version == "v1" else ():
-        _cg_write(fd, "cgroup.procs", "0")      # v1: the server joins its cgroups (the CPU cap holds its runs)
-    st.attempt("no /proc/self/statm: address-space limit counted from zero",
-               lambda: setattr(st, "statm_fd", os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)))
+        _write_at(fd, "cgroup.procs", "0")      # v1: the server joins its cgroups (the CPU cap holds its runs)
+    st.attempt("no /proc/self: address-space limit counted from zero",
+               lambda: setattr(st, "proc_fd", os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)))
     if st.features["pid_ns"]:
         st.attempt("pids follow in sequence across runs (no ns_last_pid)", lambda: _random_pids(st))
     if st.features["mount_ns"] and st.attempt("minimal root unavailable; the host filesystem is visible",
@@ -869,9 +869,10 @@ def _enter_isolation(mode, hidden):
         st.run_dir = os.path.join(st.runs_dir, "run")
     if st.features["pid_ns"]:
         _probe_run_namespaces(st)
-        # A network namespace renewed only when a run leaves a socket, where sock_diag can tell (one per run costs
-        # ~14% of MBPP throughput).
-        if st.features["net_ns"] and st.attempt("no sock_diag: a new network namespace for every run", _sockets_left):
+        # A network namespace renewed only when a run leaves a socket, where /proc/self/net can tell (one per run
+        # costs ~14% of MBPP throughput).
+        if st.features["net_ns"] and st.attempt("no /proc/self/net: a new network namespace for every run",
+                                                _sockets_left):
             st.features["net"] = "renewed"
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
@@ -918,7 +919,7 @@ def _cgroup_dirs(proc_cgroup: str, mountinfo: str) -> tuple:
     return ("v2", {"": found[""]}) if "" in found else (None, {})
 
 
-def _cg_write(dir_fd, name, text):
+def _write_at(dir_fd, name, text):
     fd = os.open(name, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, dir_fd=dir_fd)   # as `echo >` does
     try:
         os.write(fd, text.encode())
@@ -926,7 +927,7 @@ def _cg_write(dir_fd, name, text):
         os.close(fd)
 
 
-def _cg_read(dir_fd, name):
+def _read_at(dir_fd, name):
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         return os.read(fd, 1 << 16).decode()
@@ -966,14 +967,14 @@ def _make_cgroups(st, texts=None):
             os.mkdir(cg.name, 0o755, dir_fd=fd)
             cg.workers[d] = os.open(cg.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
         if version == "v2":
-            _cg_write(cg.workers[dirs[""]], "cgroup.subtree_control", "+memory +pids")
+            _write_at(cg.workers[dirs[""]], "cgroup.subtree_control", "+memory +pids")
 
     def cap():           # the CPU cap: quota = CPU_CAP x period
         cpu = st.cgroup.workers[st.cgroup.where["cpu"]]
         if st.cgroup.version == "v1":
-            _cg_write(cpu, "cpu.cfs_quota_us", str(int(CPU_CAP * int(_cg_read(cpu, "cpu.cfs_period_us")))))
+            _write_at(cpu, "cpu.cfs_quota_us", str(int(CPU_CAP * int(_read_at(cpu, "cpu.cfs_period_us")))))
         else:
-            _cg_write(cpu, "cpu.max", f"{int(CPU_CAP * 100000)} 100000")
+            _write_at(cpu, "cpu.max", f"{int(CPU_CAP * 100000)} 100000")
 
     if not st.attempt("no cgroup of our own: CPU from wait4, memory = the largest process's max RSS; needs root or a "
                       "delegated cgroup (systemd-run --user -p Delegate=yes)", make):
@@ -990,18 +991,18 @@ def _make_cgroups(st, texts=None):
 def _v2_delegate(base_fd):
     """Enable memory, pids and cpu for the cgroups below ours. A v2 cgroup with processes cannot (no internal
     processes): its processes (this worker, the trainer, in a delegated subtree all ours) move to a leaf first."""
-    missing = {"memory", "pids", "cpu"} - set(_cg_read(base_fd, "cgroup.controllers").split())
+    missing = {"memory", "pids", "cpu"} - set(_read_at(base_fd, "cgroup.controllers").split())
     if missing:
         raise OSError(f"cgroup v2 controllers {sorted(missing)} are not delegated to our cgroup")
-    if {"memory", "pids", "cpu"} <= set(_cg_read(base_fd, "cgroup.subtree_control").split()):
+    if {"memory", "pids", "cpu"} <= set(_read_at(base_fd, "cgroup.subtree_control").split()):
         return
     os.makedirs(f"/proc/self/fd/{base_fd}/corecode-leaf", 0o755, exist_ok=True)
-    for pid in _cg_read(base_fd, "cgroup.procs").split():
+    for pid in _read_at(base_fd, "cgroup.procs").split():
         try:
-            _cg_write(base_fd, "corecode-leaf/cgroup.procs", pid)
+            _write_at(base_fd, "corecode-leaf/cgroup.procs", pid)
         except ProcessLookupError:
             pass               # exited meanwhile
-    _cg_write(base_fd, "cgroup.subtree_control", "+memory +pids +cpu")
+    _write_at(base_fd, "cgroup.subtree_control", "+memory +pids +cpu")
 
 
 def _remove_stale_cgroups(parent_fd):
@@ -1056,14 +1057,14 @@ def _cg_run_start(cg, memory_bytes):
         os.mkdir(name, 0o755, dir_fd=cg.workers[d])
         cg.run[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cg.workers[d])
         if d == cg.where["pids"]:
-            _cg_write(cg.run[d], cg.files["pids.max"], str(MAX_PROCESSES))
+            _write_at(cg.run[d], cg.files["pids.max"], str(MAX_PROCESSES))
     if cg.version == "v1" and cg.where["cpuacct"] != cg.where["memory"]:
-        _cg_write(cg.run[cg.where["cpuacct"]], "cpuacct.usage", "0")
-    _cg_write(cg.run[cg.where["memory"]], cg.files["memory.max"], str(memory_bytes))
+        _write_at(cg.run[cg.where["cpuacct"]], "cpuacct.usage", "0")
+    _write_at(cg.run[cg.where["memory"]], cg.files["memory.max"], str(memory_bytes))
     if cg.version == "v2":
         for f, v in (("memory.oom.group", "1"), ("memory.swap.max", "0")):   # OOM kills the whole run; no swap
             try:
-                _cg_write(cg.run[cg.where["memory"]], f, v)
+                _write_at(cg.run[cg.where["memory"]], f, v)
             except OSError:
                 pass        # an older kernel, or no swap controller: nothing to do
     return [os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=fd) for fd in cg.run.values()]
@@ -1071,12 +1072,12 @@ def _cg_run_start(cg, memory_bytes):
 
 def _cg_figures(cg):
     """(CPU seconds, peak bytes or None) of the current run from its cgroup: every process it had, at once."""
-    usage = _cg_read(cg.run[cg.where["cpuacct"]], cg.files["cpu.usage"])
+    usage = _read_at(cg.run[cg.where["cpuacct"]], cg.files["cpu.usage"])
     # v2 cpu.stat: "usage_usec N" first (core, present without the cpu controller); v1 cpuacct.usage: nanoseconds.
     cpu = int(dict(line.split() for line in usage.splitlines())["usage_usec"]) / 1e6 if cg.version == "v2" \
         else int(usage) / 1e9
     try:
-        return cpu, int(_cg_read(cg.run[cg.where["memory"]], cg.files["memory.peak"]))
+        return cpu, int(_read_at(cg.run[cg.where["memory"]], cg.files["memory.peak"]))
     except OSError:
         return cpu, None
 
@@ -1085,7 +1086,7 @@ def _cg_kill(cg):
     """Kill every process of the current run (without a PID namespace of ours): SIGKILL to each pid listed until none
     is left (a fork racing the loop is listed on the next pass; pids.max bounds them). v1 and v2 alike."""
     for _ in range(1000):
-        pids = _cg_read(cg.run[cg.where["pids"]], "cgroup.procs").split()
+        pids = _read_at(cg.run[cg.where["pids"]], "cgroup.procs").split()
         if not pids:
             return
         for p in pids:
@@ -1104,35 +1105,11 @@ def _cg_run_end(cg):
 
 
 def _sockets_left():
-    """Whether a socket outlived the last run in this worker's network namespace: a unix or netlink socket (the
-    only kinds that reach anything here: no interface is up) parked in a descriptor loop no process holds, that a
-    later run could reach by name or port id. The kernel's sock_diag lists every socket of the namespace, held or
-    not; raises OSError where it is missing."""
-    import _socket          # the C module: `socket` would grow the image every run forks from
-    s, bo = _socket.socket(16, 2, 4), sys.byteorder         # AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG
-    num = lambda data, i, n: int.from_bytes(data[i:i + n], bo)      # noqa: E731
-    try:
-        own = os.fstat(s.fileno()).st_ino
-        # Dump requests (SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP): unix_diag_req for AF_UNIX in every state,
-        # netlink_diag_req for AF_NETLINK of every protocol.
-        for family, req in ((1, b"\1\0\0\0\xff\xff\xff\xff" + b"\0" * 8 + b"\xff" * 8),
-                            (16, b"\x10\xff\0\0" + b"\0" * 8 + b"\xff" * 8)):
-            s.sendto((16 + len(req)).to_bytes(4, bo) + (20).to_bytes(2, bo) + (0x301).to_bytes(2, bo) + b"\0" * 8
-                     + req, (0, 0))
-            done = False
-            while not done:
-                data, off = s.recv(1 << 16), 0
-                while off < len(data) and not done:
-                    if num(data, off + 4, 2) == 2:        # NLMSG_ERROR: this family's diag is not in the kernel
-                        raise OSError("sock_diag refused a dump request")
-                    done = num(data, off + 4, 2) == 3     # NLMSG_DONE
-                    # Any unix socket; a netlink socket of a process (port id != 0: not the kernel's) but ours.
-                    if not done and (family == 1 or num(data, off + 20, 4) and num(data, off + 32, 4) != own):
-                        return True
-                    off += (num(data, off, 4) + 3) & ~3
-        return False
-    finally:
-        s.close()
+    """Whether a socket outlived the last run in this worker's network namespace: parked in a descriptor loop no
+    process holds, it could be reached by a later run. Only a unix socket can hold descriptors in flight, so every
+    such loop has one, and the kernel's list of the namespace's unix sockets holds every one, held or not (read
+    through /proc/self, opened before the minimal root hid /proc); raises OSError where the list is missing."""
+    return len(_read_at(_STATE.proc_fd, "net/unix").splitlines()) > 1       # a header line, then one per socket
 
 
 def _probe_run_namespaces(st):
@@ -1223,10 +1200,10 @@ def _build_minimal_root(hidden):
 
 def _statm(field):
     """One field of the server's /proc/self/statm in bytes (0 = virtual size, 1 = resident), 0 if unknown."""
-    if _STATE.statm_fd is None:
+    if _STATE.proc_fd is None:
         return 0
     try:
-        return int(os.pread(_STATE.statm_fd, 256, 0).split()[field]) * resource.getpagesize()
+        return int(_read_at(_STATE.proc_fd, "statm").split()[field]) * resource.getpagesize()
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -1438,7 +1415,8 @@ def _spawn_and_wait(job_fd, index, limits):
     if st.last_pid_fd is not None:
         # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
         os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
-    rss_kb = _statm(1) // 1024      # without a cgroup: a child starts with our resident pages, not its own
+    # Without a cgroup's peak: a child starts with our resident pages, not its own.
+    rss_kb = _statm(1) // 1024 if st.features["memory"] != "cgroup" else 0
     t0 = time.monotonic()
     pid = _raw_fork()
     if pid < 0:
@@ -1571,7 +1549,7 @@ def _serve(mode, hidden="[]"):
     if not st.features["pid_ns"]:     # no shim to do it once we are gone: leave them (v1: joined), remove them
         if st.cgroup is not None and st.cgroup.version == "v1":
             for fd in st.cgroup.parents.values():
-                _cg_write(fd, "cgroup.procs", "0")
+                _write_at(fd, "cgroup.procs", "0")
         _remove_cgroups(st)
 
 

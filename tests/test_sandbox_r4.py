@@ -432,14 +432,14 @@ def test_real_v2_cpu_stat_counts_a_helper_the_kernel_reaps():
         pid = os.fork()
         if pid == 0:
             try:
-                sb._cg_write(fd, "cgroup.procs", "0")
+                sb._write_at(fd, "cgroup.procs", "0")
                 exec(REAPED_BY_KERNEL.replace("print(1)", ""), {})
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
         cg = sb._Cgroup("v2", {}, "x")
         cg.where, cg.run = {"cpuacct": path}, {path: fd}
-        cpu = int(dict(ln.split() for ln in sb._cg_read(fd, "cpu.stat").splitlines())["usage_usec"]) / 1e6
+        cpu = int(dict(ln.split() for ln in sb._read_at(fd, "cpu.stat").splitlines())["usage_usec"]) / 1e6
         assert cpu >= 0.35, cpu
         os.close(fd)
     finally:

@@ -9,7 +9,7 @@ its own PID and mount namespaces, forking a child that exits at once.
   tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it                 item 9
   stack   as tmpfs, but each run's tmpfs is covered by the next one's and the stack unmounted 32 at a time (what
           sandbox.py does: an unmount waits for an RCU grace period, so one per 32 runs, not one per run)
-  netns   as ns, plus a network namespace of the run's own (what sandbox.py does where it lacks sock_diag;
+  netns   as ns, plus a network namespace of the run's own (what sandbox.py does where it lacks /proc/self/net;
           else it renews the worker's only after a run that left a socket: issue 49)
   pidns   as netns, plus PID and mount namespaces per run (one more fork: the run is pid 1 of its own)
   runcg   issue 49: a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
