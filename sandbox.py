@@ -1199,13 +1199,10 @@ def _build_minimal_root(hidden):
 
 
 def _statm(field):
-    """One field of the server's /proc/self/statm in bytes (0 = virtual size, 1 = resident), 0 if unknown."""
+    """One field of the server's /proc/self/statm in bytes (0 = virtual size, 1 = resident), 0 without /proc."""
     if _STATE.proc_fd is None:
         return 0
-    try:
-        return int(_read_at(_STATE.proc_fd, "statm").split()[field]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return 0
+    return int(_read_at(_STATE.proc_fd, "statm").split()[field]) * resource.getpagesize()
 
 
 # capset(2)'s arguments, built once here, not in every child (ctypes objects cost page faults and lookups after a
@@ -1330,22 +1327,20 @@ def _drop_run_dir(run_dir):
     try:
         os.rmdir(run_dir)          # the common case: the program wrote nothing
     except OSError:
-        if not _remove_tree(run_dir):
-            os.rename(run_dir, f"{run_dir}.stale{time.monotonic_ns()}")    # never reused
-    if not st.is_root:             # a non-root program owns the runs directory and may write into it
-        for name in os.listdir(st.runs_dir):
-            _remove_tree(os.path.join(st.runs_dir, name))
+        pass
+    # What is left: the directory, and (not root: the program owns the runs directory) anything next to it. One that
+    # will not go makes the next run's mkdir fail: a server error, and the client starts a new worker.
+    for name in os.listdir(st.runs_dir):
+        _remove_tree(os.path.join(st.runs_dir, name))
 
 
 def _remove_tree(path):
     """Remove a run directory (no minimal root) whatever the program did to it: permissions taken away, a depth that
     makes recursive Python code hit RecursionError and absolute paths PATH_MAX. chmod -R and rm -rf walk it
-    iteratively (fts) and relative to each directory; the program is dead, so nothing moves meanwhile. False when
-    something is left (never reused then)."""
+    iteratively (fts) and relative to each directory; the program is dead, so nothing moves meanwhile."""
     import subprocess      # only here, so the image every run forks from stays small (see "Records")
     for cmd in (["chmod", "-R", "u+rwx", "--", path], ["rm", "-rf", "--one-file-system", "--", path]):
         subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return not os.path.lexists(path)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1494,10 +1489,7 @@ def _preload():
     solutions, or none) cost 0.07 ms on each run, more than importing them in the few runs that need them."""
     for name in ("bisect", "copy", "datetime", "functools", "heapq", "itertools", "operator", "random",
                  "statistics", "string", "typing"):
-        try:
-            __import__(name)
-        except ImportError:
-            pass
+        __import__(name)          # all in the standard library
 
 
 def _serve(mode, hidden="[]"):
@@ -2235,46 +2227,21 @@ def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, 
 
 
 # ---------------------------------------------------------------------------------------------------
-# CLI: `python sandbox.py PROG.py --test STMT` runs one program; `--probe` prints the active isolation.
+# CLI: `python sandbox.py --probe` prints the mode this machine gives (programs are run from Python: SandboxPool)
 # ---------------------------------------------------------------------------------------------------
 def _main(argv):
     import argparse
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
-        epilog="Exit status: 0 all tests passed, 1 a test did not pass (or the program did not complete), "
-               "2 usage error.")
+    p = argparse.ArgumentParser(description="Print which isolation and counting this machine gives the sandbox's "
+                                            "runs: the mode as JSON, then the line train.py and evaluate.py print.")
     p.add_argument("--isolation", default="auto", choices=["auto", "none"],
                    help="auto: user/PID/network/mount namespaces and a minimal read-only root where the kernel "
                         "allows (falls back with a warning); none: rlimits, sessions and the uid drop only "
                         "(default: %(default)s)")
-    p.add_argument("--probe", action="store_true", help="print which isolation features are active")
-    p.add_argument("program", nargs="?", help="a Python file to run against --test statements")
-    p.add_argument("--test", action="append", default=[], help="an assert statement (repeatable)")
-    p.add_argument("--time-limit", type=float, default=4.0, metavar="SECONDS",
-                   help="CPU seconds for the program's top level and all its tests together; the wall-clock "
-                        f"limit is {WALL_FACTOR:g}x this + {WALL_SLACK_S:g} s (default: %(default)s)")
+    p.add_argument("--probe", action="store_true", help="probe the machine (what the command does, flag or not)")
     args = p.parse_args(argv)
-    if not (math.isfinite(args.time_limit) and args.time_limit > 0):       # RLIMIT_CPU needs a finite limit
-        p.error(f"argument --time-limit: must be a positive number of seconds, got {args.time_limit}")
-    if args.test and not args.program:
-        p.error("--test needs a PROGRAM file to run the tests against")
-    if args.probe or not args.program:
-        with SandboxPool(1, isolation=args.isolation) as pool:
-            print(json.dumps(pool.mode, indent=1), mode_line(pool.mode), sep="\n")
-        return 0
-    # Read before starting any worker: a wrong path is a usage error (one line, exit status 2), not a sandbox run.
-    try:
-        with open(args.program, encoding="utf-8") as f:
-            job = Job(program=f.read(), kind="assert", cases=args.test, time_limit_s=args.time_limit)
-    except (OSError, UnicodeDecodeError) as e:
-        p.exit(2, f"error: cannot read program file {args.program!r}: {getattr(e, 'strerror', None) or e}\n")
     with SandboxPool(1, isolation=args.isolation) as pool:
-        result = pool.run([job])[0]
-    print(f"{result.verdict} {result.passed}/{result.total} cpu={result.cpu_s:.3f}s peak={result.peak_bytes}B")
-    # Never "All tests passed" for a result that did not pass: a program that does not complete fails every
-    # test (_execute_assert), and without tests feedback() says why the program failed.
-    print(feedback(job, result, max_cases=3))
-    return 0 if result.verdict == "passed" else 1
+        print(json.dumps(pool.mode, indent=1), mode_line(pool.mode), sep="\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -588,21 +588,23 @@ def test_pool_works_from_a_process_with_torch_and_threads():
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare(1) to simulate an unprivileged user")
-def test_unprivileged_path_uses_a_user_namespace(tmp_path):
+def test_unprivileged_path_uses_a_user_namespace():
     # As uid 1000 inside a user namespace the workers take the non-root path (their own user namespace,
     # capabilities dropped instead of switching to nobody).
-    prog = tmp_path / "prog.py"
-    prog.write_text("def f(x):\n    return x + 1\n")
-    base = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-I",
-            os.path.join(ROOT, "sandbox.py")]
-    probe = subprocess.run(base + ["--probe"], capture_output=True, text=True, timeout=120)
+    base = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-I"]
+    probe = subprocess.run(base + [os.path.join(ROOT, "sandbox.py"), "--probe"], capture_output=True, text=True,
+                           timeout=120)
     if probe.returncode != 0:
         pytest.skip(f"unshare --user not permitted here: {probe.stderr[-300:]}")
     mode = json.loads(probe.stdout.rsplit("\n", 2)[0])       # the JSON, then the mode line
     assert mode["isolated"] and probe.stdout.splitlines()[-1].startswith("sandbox: ")
-    run = subprocess.run(base + [str(prog), "--test", "assert f(1) == 2", "--test", "assert f(1) == 3"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.stdout.startswith("failed 1/2"), run.stdout + run.stderr
+    script = (f"import sys; sys.path.insert(0, {ROOT!r}); import sandbox as sb\n"
+              "with sb.SandboxPool(1) as pool:\n"
+              "    r = pool.run([sb.Job('def f(x):\\n    return x + 1\\n', 'assert', ['assert f(1) == 2', "
+              "'assert f(1) == 3'])])[0]\n"
+              "print(r.verdict, r.passed, r.total, pool.isolation['run_as'])\n")
+    run = subprocess.run(base + ["-c", script], capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["failed", "1", "2", "1000"], run.stdout + run.stderr     # runs as the user
 
 
 def _kill_worker_during(pool, jobs, after_s=1.0):
