@@ -75,8 +75,7 @@ from typing import NamedTuple
 # ---------------------------------------------------------------------------------------------------
 WALL_FACTOR = 2.0          # wall limit = time_limit_s * 2 + 0.5 s: the CPU limit is the real budget,
 WALL_SLACK_S = 0.5         # wall only catches sleepers, and the machine may be shared
-OUTPUT_LIMIT_BYTES = 8 << 20    # stdout + stderr of one run; more is "output_limit" (a flood, not an answer)
-RESULT_LIMIT_BYTES = 16 << 20   # everything the child reports about one run
+OUTPUT_LIMIT_BYTES = 8 << 20    # stdout or stderr of one run; more is "output_limit" (a flood, not an answer)
 PARENT_BUDGET_BYTES = 2 << 20   # per job: value text the parent decodes (+ 8x the expected outputs of a
                                 # functional job); past it the remaining tests fail. ~0.3 s of parent CPU at
                                 # most (2 MB of [[0], [0], ...], the costliest shape); MBPP's and HumanEval's
@@ -1444,27 +1443,21 @@ def _spawn_and_wait(job_fd, index, limits):
 
 
 def _send_run(fd, obs):
-    """One run's observations as a message (_reply), then its result lines, stdout and the tail of its stderr as raw
-    bytes, copied by the kernel from the run's memfds (sendfile): this server never holds what a run wrote.
-    More than the caps reads as a flood."""
-    parts, limit = [], obs["limit"]
-    for name, cap in (("results", RESULT_LIMIT_BYTES), ("stdout", OUTPUT_LIMIT_BYTES), ("stderr", OUTPUT_LIMIT_BYTES)):
-        size = os.fstat(obs["files"][name]).st_size
-        if size > cap and limit is None:
-            limit = "output_limit"
-        end = min(size, cap)
-        start = max(0, end - EXCERPT_CHARS) if name == "stderr" else 0
-        parts.append((obs["files"][name], start, end - start))
+    """One run's observations as a message (_reply), then its result lines, stdout and stderr as raw bytes, copied by
+    the kernel from the run's memfds (sendfile): this server never holds what a run wrote. Each is at most
+    FILE_SIZE_MB (RLIMIT_FSIZE); the client keeps what it judges and moves the rest to /dev/null (_Worker.recv)."""
+    files = [obs["files"][name] for name in ("results", "stdout", "stderr")]
+    sizes = [os.fstat(f).st_size for f in files]
     # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
     # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
     _reply(fd, b'{"op": "run", "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, "cpu_s": %a, '
-               b'"peak_kb": %d, "wall_s": %a}' % (b"null" if limit is None else b'"%s"' % limit.encode(),
-                                                  *(n for _, _, n in parts), _json_int(obs["signal"]),
-                                                  _json_int(obs["exit"]), obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
-    for src, offset, n in parts:
-        while n:
-            k = os.sendfile(fd, src, offset, n)
-            offset, n = offset + k, n - k
+               b'"peak_kb": %d, "wall_s": %a}' % (b"null" if obs["limit"] is None else b'"%s"' % obs["limit"].encode(),
+                                                  *sizes, _json_int(obs["signal"]), _json_int(obs["exit"]),
+                                                  obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
+    for src, n in zip(files, sizes):
+        offset = 0
+        while offset < n:
+            offset += os.sendfile(fd, src, offset, n - offset)
 
 
 def _reply(fd, data: bytes):
@@ -1710,12 +1703,13 @@ class _Worker:
         deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
             + REPLY_SLACK_S
         # What the parent keeps of the runs, so judging a program costs this process a bounded amount over all its
-        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write 16 MB
-        # of result lines and 8 MB of stdout, and a job may have 100+ tests. Per run: result lines up to what the
-        # judge can use (assert: the parent's value budget, one line per snippet; functional: one value; stdio:
-        # status lines only), at most that many lines (the child's own + 16 status lines); stdout of a stdio test up
-        # to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here only: never
-        # sent to the server), else its last 2,000 bytes. Per job: `keep`. The rest is read and dropped.
+        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write
+        # FILE_SIZE_MB of result lines, of stdout and of stderr, and a job may have 100+ tests. Per run: result lines
+        # up to what the judge can use (assert: the parent's value budget, one line per snippet; functional: one
+        # value; stdio: status lines only), at most that many lines (the child's own + 16 status lines); stdout of a
+        # stdio test up to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here
+        # only: never sent to the server), else its last 2,000 bytes; the last 2,000 bytes of stderr. Per job: `keep`.
+        # The rest is moved to /dev/null by the kernel.
         keep = keep or [_job_result_bytes(job, len(snippets))]
         per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
         stdout_kept = [(STDIO_LENGTH_FACTOR * len(str(c["output"])) + 4097, 0) if job.kind == "stdio" else
@@ -1727,8 +1721,8 @@ class _Worker:
             keep[0] -= len(results)
             run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
                        stdout=self.recv(sizes[1], deadline, *stdout_kept[len(runs)]), stdout_size=sizes[1],
-                       stderr=self.recv(sizes[2], deadline))   # the server sends 2,000 bytes of it
-            if sizes[0] > n_results and run["limit"] is None:
+                       stderr=self.recv(sizes[2], deadline, 0, EXCERPT_CHARS))
+            if (sizes[0] > n_results or max(sizes[1:]) > OUTPUT_LIMIT_BYTES) and run["limit"] is None:
                 run["limit"] = "output_limit"
             runs.append(run)
         if "server_error" in msg:
