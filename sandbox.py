@@ -714,7 +714,7 @@ def _child_main(run):
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             raise
-        status, out = 1, (sys.stdout, sys.stderr)     # built by _fresh_stdio() in the server, now on the run's fds
+        status, out = 1, (sys.stdout, sys.stderr)     # on the run's fds now (_fresh_stdio)
         try:
             _child_harness(spec)
             status = 0
@@ -729,14 +729,11 @@ def _child_main(run):
 
 
 def _fresh_stdio():
-    """sys.stdin/stdout/stderr on fds 0/1/2, built once in the server (whose 0/1 are /dev/null) and used
-    by every child after it moved its run's files onto those fds."""
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
-                                                 encoding="utf-8", errors="surrogateescape")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
-                                                   encoding="utf-8", errors="backslashreplace")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                                   errors="backslashreplace", line_buffering=True)
+    """The interpreter's own sys.stdin / stdout / stderr are on fds 0/1/2, where every child moves its run's files;
+    this server never uses them (its 0/1 are /dev/null). Made lenient, once here, with text that is not UTF-8: input
+    bytes kept as they are, unencodable output escaped (stderr already is)."""
+    sys.stdin.reconfigure(errors="surrogateescape")
+    sys.stdout.reconfigure(errors="backslashreplace")
     sys.argv = ["program"]
 
 
