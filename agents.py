@@ -1495,7 +1495,7 @@ def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
     """The sandbox Job that runs `program` on `cases` (the problem's public or hidden tests) under its limits.
 
     The one place a data.Problem becomes a sandbox.Job (Reflexion, MapCoder, train.py, evaluate.py), as the
-    benchmark's harness would: its prelude, checker and program prefix (LiveBench completion: partial solution +
+    benchmark's harness would: its prelude and program prefix (LiveBench completion: partial solution +
     answer, unless the answer repeats it). repeat / stop_on_failure: see sandbox.Job.
     """
     import sandbox  # lazy: sampling never executes code; sandbox.py does not import torch
@@ -1505,7 +1505,7 @@ def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
     return sandbox.Job(
         program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
         time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
-        prelude=problem.prelude, checker=problem.checker, stop_on_failure=stop_on_failure,
+        prelude=problem.prelude, stop_on_failure=stop_on_failure,
     )
 
 

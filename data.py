@@ -4,7 +4,7 @@ What it is: one loader per benchmark that reads the *published* file (JSONL, JSO
 when pyarrow is importable) and returns `Problem`s whose tests are in sandbox.py's case format (CONTRACT.md):
 "assert" (one statement per case, `setup` first), "functional" ({"input": one JSON value per line = the args,
 "output": JSON}) or "stdio" ({"input": stdin, "output": expected stdout}), plus what the benchmark's own harness
-does with a program (time limits, prelude, program prefix, checker; each loader's docstring says whose rule).
+does with a program (time limits, prelude, program prefix; each loader's docstring says whose rule).
 `load(bench, ...)` dispatches through `LOADERS`; `parse_bench_options` reads the scripts' `--bench-option`.
 
 What it is not: it never runs or imports benchmark code, never imports torch, builds no prompts (agents.py).
@@ -60,7 +60,6 @@ class Problem:
     prelude: str = ""       # code the benchmark's own harness runs BEFORE the program (see each loader)
     program_prefix: str = ""  # text the harness puts before the answer to make the program, unless the answer
                               # already starts with it (LiveBench coding_completion: its partial_solution)
-    checker: str = ""       # stdio: the benchmark's checker program when several outputs are right (Codeforces)
     # CPU seconds as the benchmark's harness applies them: per program for assert tests (MBPP / HumanEval, our
     # 4 s), per test for functional and stdio (see each loader, and load()'s time_factor).
     time_limit_s: float = 4.0
@@ -587,12 +586,12 @@ def _check_seconds(time_limit_s, allow_none=False):
                      f"got {time_limit_s!r}")
 
 
-# Statements that accept more than one right output. Such a problem needs a checker; without one, exact comparison
-# would fail right answers, so it is left out and counted (our choice: a phrase list, checked on real statements).
+# Statements that accept more than one right output. Such a problem needs a checker (the sandbox runs none); exact
+# comparison would fail right answers, so it is left out and counted (our choice: a phrase list, checked on real statements).
 _ANY_ANSWER = re.compile(r"\b(print|output) any\b|\bany of them\b|\b(multiple|several|many) (possible |correct |valid |"
                          r"optimal )?(answers|solutions)\b|\bany (valid|correct|possible|such|suitable) (answer|"
                          r"solution|one)\b", re.IGNORECASE)
-NEEDS_CHECKER = "accepts any of several outputs but has no checker"
+NEEDS_CHECKER = "accepts any of several outputs (needs a checker; the sandbox compares outputs)"
 _NAMED_FILES = "reading/writing named files instead of stdin/stdout"
 
 
@@ -633,8 +632,8 @@ def _codeforces_problem(rec):
         return "interactive"
     if (rec.get("input_mode") or "stdio") != "stdio":
         return _NAMED_FILES
-    checker = rec.get("generated_checker") or ""
-    if not checker and _ANY_ANSWER.search(" ".join(str(rec.get(k) or "") for k in ("description", "output_format"))):
+    text = " ".join(str(rec.get(k) or "") for k in ("description", "output_format"))
+    if rec.get("generated_checker") or _ANY_ANSWER.search(text):   # a checker was generated: outputs are not unique
         return NEEDS_CHECKER
     examples = _io_pairs(rec.get("examples"), "examples")
     # Official tests normally start with the examples; when none are published, the examples are all we have.
@@ -648,7 +647,7 @@ def _codeforces_problem(rec):
     mem = rec.get("memory_limit")
     return _make_problem(
         id=f"codeforces/{pid}", bench="codeforces", statement="\n\n".join(s.strip() for s in sections if s),
-        kind="stdio", public_tests=examples, hidden_tests=hidden, checker=checker,
+        kind="stdio", public_tests=examples, hidden_tests=hidden,
         time_limit_s=_seconds(rec.get("time_limit"), 4.0), memory_limit_mb=int(mem) if mem else 1024)
 
 
@@ -656,8 +655,8 @@ def load_codeforces(path=None, split="test", limit=None):
     """Codeforces (HF open-r1/codeforces schema). Statement = title, description, input/output format and note;
     public tests = examples; hidden = official_tests (the examples when none are published). As open-r1's
     harness: the published limit per test with no Python factor (Codeforces gives none; load()'s time_factor
-    adds one), and `generated_checker` judges the outputs where given (sandbox Job.checker). Interactive and
-    file-I/O problems, and "print any" ones without a checker, are left out."""
+    adds one). Interactive and file-I/O problems are left out, and so are those that accept several outputs (a
+    `generated_checker`, or "print any"): the sandbox compares outputs, it runs no checker."""
     return _collect("codeforces", path, _codeforces_problem, split, limit)
 
 

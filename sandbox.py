@@ -5,8 +5,8 @@ problem's tests in a throw-away process; we get per-test verdicts plus the CPU t
 planner and coder rewards use. Test kinds: "assert" (MBPP, HumanEval: `assert f(1, 2) == 3`; the child
 evaluates only the sub-expressions that call the candidate, the parent the rest), "functional"
 (LiveCodeBench call-based: JSON arguments in, the returned value compared in the parent) and "stdio"
-(CodeContests, Codeforces: stdout compared token by token, or judged by the benchmark's checker, run as
-untrusted code too).
+(CodeContests, Codeforces: stdout compared token by token; problems that accept several outputs need a checker,
+which this sandbox does not run: data.py leaves them out).
 
 The idea on one screen. A warm fork server per core (a clean interpreter started once) does, for each run:
   fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges)
@@ -92,7 +92,6 @@ SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
 RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
-CHECKER_TIME_LIMIT_S = 10.0     # a checker's own CPU limit per test (open-r1's Codeforces harness gives it 10 s)
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
@@ -124,8 +123,6 @@ class Job(NamedTuple):
     prelude: str = ""              # benchmark code run BEFORE the program, in its namespace (e.g. imports)
     stop_on_failure: bool = False  # functional / stdio: stop at the first test that does not pass; the tests
                                    # after it are "skipped" (enough for pass@k, not for a pass rate)
-    checker: str = ""              # stdio: the benchmark's checker program (Python) that judges an output when
-                                   # several are right, instead of the comparison with the expected one
 
 
 class TestResult(NamedTuple):
@@ -708,7 +705,7 @@ def _child_main(run):
             spec = _run_spec(run)
             _child_confine(run)
             # Forked without Python's at-fork hooks (_raw_fork), so `random` still holds the server's state, the
-            # same in every run: reseeded from the kernel, a run cannot predict another's draws (a checker's).
+            # same in every run: reseeded from the kernel, a run cannot predict another's draws (a test's).
             if "random" in sys.modules:
                 sys.modules["random"].seed()
         except BaseException as e:
@@ -1964,7 +1961,7 @@ def _execute_on(worker, job):
         hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
         part = job.cases[lo:hi]
         part_runs = worker.run(job._replace(cases=part), keep=keep)
-        tests += _run_checker(worker, job, part, part_runs, [judge(job, c, r, budget) for c, r in zip(part, part_runs)])
+        tests += [judge(job, c, r, budget) for c, r in zip(part, part_runs)]
         runs, lo = runs + part_runs, hi
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
     return _finish(job, tests + [skipped] * (n - len(tests)), runs)
@@ -1993,7 +1990,7 @@ def _judge_functional(job, case, run, budget):
 
 
 def _judge_stdio(job, case, run, budget):
-    """One stdio test from its own run -> TestResult, or None when the benchmark's checker must judge it."""
+    """One stdio test from its own run -> TestResult."""
     got = run["stdout"][:EXCERPT_CHARS]
     problem = _read_run(run, job, calls=False)[1] or _over_time(job, run)
     if problem:
@@ -2003,49 +2000,7 @@ def _judge_stdio(job, case, run, budget):
     if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
         return TestResult("failed", got=got, error=f"output of {run['stdout_size']} bytes for an expected "
                                                     f"{len(expected)} characters")
-    if job.checker:
-        return None
     return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)
-
-
-# How a Codeforces checker is called (open-r1's harness, our equivalent): `checker.py INPUT ANSWER OUTPUT`, three
-# file paths; it accepts by printing 1 (or 100) and exiting normally. This prelude writes the files from the JSON on
-# stdin in the checker's own run directory and sets sys.argv; it runs in the checker's namespace, before it.
-CHECKER_PRELUDE = (
-    "import json as _cj, sys as _cs\n"
-    "_cd = _cj.loads(_cs.stdin.read())\n"
-    "for _cn, _ck in (('input.txt', 'input'), ('correct_output.txt', 'answer'), ('output.txt', 'output')):\n"
-    "    with open(_cn, 'w') as _cf:\n"
-    "        _cf.write(_cd[_ck])\n"
-    "_cs.argv = ['checker.py', 'input.txt', 'correct_output.txt', 'output.txt']\n"
-    "del _cj, _cs, _cd, _cn, _ck, _cf\n")
-
-
-def _checker_text(text):
-    """Output as open-r1 hands it to a checker: no carriage returns, no empty lines."""
-    lines = [line for line in text.replace("\r", "").split("\n") if line]
-    return "\n".join(lines) + "\n" if lines else ""
-
-
-def _run_checker(worker, job, cases, runs, tests):
-    """`tests` with each None (an output the benchmark's checker must judge) judged by that checker, itself untrusted
-    code run like a program: one run per output, fed the input, the expected answer and the output. The checker's
-    CPU time is not the program's."""
-    pending = [i for i, t in enumerate(tests) if t is None]
-    if not pending:
-        return tests
-    checks = [{"input": json.dumps({"input": str(cases[i]["input"]), "answer": _checker_text(str(cases[i]["output"])),
-                                    "output": _checker_text(runs[i]["stdout"])}), "output": ""} for i in pending]
-    checker = Job(program=job.checker, kind="stdio", cases=checks, prelude=CHECKER_PRELUDE,
-                  time_limit_s=CHECKER_TIME_LIMIT_S, memory_limit_mb=job.memory_limit_mb)
-    for i, crun in zip(pending, worker.run(checker)):
-        problem = _read_run(crun, checker, calls=False)[1]
-        said = crun["stdout"].strip()
-        # A malformed output often crashes a checker: the output is not accepted.
-        error = (f"the checker did not accept the output: {problem[1]}" if problem else
-                 "" if said in ("1", "100") else f"the checker rejected the output: {said[:200]!r}")
-        tests[i] = TestResult("failed" if error else "passed", got=runs[i]["stdout"][:EXCERPT_CHARS], error=error)
-    return tests
 
 
 # ---------------------------------------------------------------------------------------------------
