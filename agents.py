@@ -1502,11 +1502,30 @@ def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
 
     if problem.program_prefix and not program.startswith(problem.program_prefix):
         program = problem.program_prefix + "\n" + program
-    return sandbox.Job(
-        program=program, kind=problem.kind, cases=list(cases), setup=problem.setup, fn_name=problem.entry_point,
-        time_limit_s=problem.time_limit_s, memory_limit_mb=problem.memory_limit_mb, repeat=repeat,
-        prelude=problem.prelude, stop_on_failure=stop_on_failure,
-    )
+    return sandbox.Job(program=program, kind=problem.kind, cases=list(cases), setup=problem.setup,
+                       fn_name=problem.entry_point, time_limit_s=problem.time_limit_s,
+                       memory_limit_mb=problem.memory_limit_mb, repeat=repeat, prelude=problem.prelude,
+                       stop_on_failure=stop_on_failure)
+
+
+def feedback(job, result, max_cases=1):
+    """What a repair prompt is told of a judged program (Reflexion, Debugger, MapCoder): its first failing cases
+    (the test, or input and expected output; the verdict, what the program produced, the error), each part cut at
+    400 characters, as valid UTF-8 (a lone surrogate would make the tokenizer raise). Computed in this process from
+    the job, which holds the expected values, and the sandbox's result."""
+    bad = [(case, t) for case, t in zip(job.cases, result.tests) if t.verdict != "passed"]
+    if not bad:
+        return "All tests passed." if result.tests else (f"The program failed: {result.error}" if result.error
+                                                         else "No tests were run.")
+    parts = []
+    for case, t in bad[:max_cases]:
+        lines = ([f"Test: {_truncate(case, 400)}"] if job.kind == "assert" else
+                 [f"Input:\n{_truncate(case['input'], 400)}", f"Expected output:\n{_truncate(case['output'], 400)}"])
+        lines += [f"Verdict: {t.verdict}"] + [f"{name}: {_truncate(text, 400)}" for name, text in
+                                              (("Got", t.got), ("Error", t.error)) if text]
+        parts.append("\n".join(lines))
+    text = "\n\n".join(parts) + (f"\n({len(bad) - max_cases} more failing tests)" if len(bad) > max_cases else "")
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def check_public(problems, programs, pool):
@@ -1515,8 +1534,6 @@ def check_public(problems, programs, pool):
     A program with no code is not run (feedback says so). A problem with no public tests counts as
     passed: there is nothing to repair from, and hidden tests must never leak into a prompt.
     """
-    import sandbox
-
     out = [None] * len(programs)
     jobs, where = [], []
     for k, (p, prog) in enumerate(zip(problems, programs)):
@@ -1530,7 +1547,7 @@ def check_public(problems, programs, pool):
     results = pool.run(jobs) if jobs else []
     for k, job, res in zip(where, jobs, results):
         ok = res.verdict == "passed"
-        out[k] = (ok, "" if ok else sandbox.feedback(job, res))
+        out[k] = (ok, "" if ok else feedback(job, res))
     return out
 
 

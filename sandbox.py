@@ -54,7 +54,6 @@ import ctypes
 import decimal
 import fcntl
 import gc
-import io
 import json
 import math
 import os
@@ -361,19 +360,16 @@ def _free_loads(node):
 class _Splitter(ast.NodeTransformer):
     def __init__(self, fn_name, bound):
         self.fn_name, self.bound = fn_name, bound
+        # Names that are not the program's: builtins and trusted modules keep their meaning (a program defining `set`
+        # must not decide what `set(...) == set(...)` means), and so do the test's own; the declared entry point is
+        # the program's even where it shadows a builtin.
+        self.not_candidate = (_BUILTIN_NAMES | TRUSTED_MODULES | bound) - {fn_name}
         self.snippets, self.shown, self.free, self.sent = [], [], [], []
         self.repeat_depth = 0
         self.flat = True
 
-    def is_candidate_name(self, name):
-        # The declared entry point wins even over a builtin; otherwise a builtin or trusted module keeps
-        # its meaning (a program defining `set` must not decide what `set(...) == set(...)` means).
-        if name == self.fn_name:
-            return True
-        return name not in _BUILTIN_NAMES and name not in TRUSTED_MODULES and name not in self.bound
-
     def mentions(self, node):
-        return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and self.is_candidate_name(n.id)
+        return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in self.not_candidate
                    for n in ast.walk(node))
 
     def is_root(self, node):
@@ -781,12 +777,12 @@ class _ServerState:
     pid_max, client_gone, stacked = 32768, False, 0
 
     def __init__(self):
+        self.is_root = os.geteuid() == 0          # a root worker runs programs as RUN_UID
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
                          "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
-                         "run_as": os.geteuid(), "cgroup": None, "cpu": "wait4", "memory": "max_rss",
-                         "cpu_cap": False, "drops_to_nobody": False, "net": "per run",
+                         "run_as": RUN_UID if self.is_root else os.geteuid(), "cgroup": None, "cpu": "wait4",
+                         "memory": "max_rss", "cpu_cap": False, "drops_to_nobody": self.is_root, "net": "per run",
                          "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
-        self.is_root = os.geteuid() == 0
 
     def attempt(self, note, step):
         """step(): True, or False with a note saying what is missing and why (a layer the kernel refuses)."""
@@ -837,8 +833,6 @@ def _enter_isolation(mode, hidden):
     """Once at server start: namespaces and a minimal root where the kernel allows; falls back cleanly
     (saying why in features["notes"]) where it refuses."""
     st = _STATE
-    if st.is_root:
-        st.features.update(run_as=RUN_UID, drops_to_nobody=True)
     _make_cgroups(st)                   # while /sys and /proc are visible, and before the shim forks
     if mode == "none":
         st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
@@ -2004,7 +1998,7 @@ def _judge_stdio(job, case, run, budget):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The pool, feedback
+# The pool
 # ---------------------------------------------------------------------------------------------------
 class SandboxPool:
     """Warm fork-server workers (state only). Safe to create after torch is imported and threads run:
@@ -2091,30 +2085,6 @@ class SandboxPool:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _clip(text, n=400):
-    # Not agents._clip (which cuts prompt examples with another marker): agents imports this file, not back.
-    text = str(text)
-    return text if len(text) <= n else text[:n] + f"... ({len(text) - n} more characters)"
-
-
-def feedback(job: Job, result: ProgramResult, max_cases: int = 1) -> str:
-    """A short description of the first failing cases (input, expected, got), for Reflexion / Debugger.
-    Computed in the parent from the job (which holds the expected values) and the result."""
-    bad = [(case, t) for case, t in zip(job.cases, result.tests) if t.verdict != "passed"]
-    if not bad:
-        return "All tests passed." if result.tests else (f"The program failed: {result.error}" if result.error
-                                                         else "No tests were run.")
-    parts = []
-    for case, t in bad[:max_cases]:
-        lines = ([f"Test: {_clip(case)}"] if job.kind == "assert" else
-                 [f"Input:\n{_clip(case['input'])}", f"Expected output:\n{_clip(case['output'])}"])
-        lines += [f"Verdict: {t.verdict}"] + [f"{name}: {_clip(text)}" for name, text in (("Got", t.got),
-                                                                                          ("Error", t.error)) if text]
-        parts.append("\n".join(lines))
-    more = len(bad) - max_cases
-    return _utf8("\n\n".join(parts) + (f"\n({more} more failing tests)" if more > 0 else ""))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import textwrap
 
 import pytest
 
+import agents
 import sandbox as sb
 from test_sandbox_mbpp import entry_point
 
@@ -512,10 +513,10 @@ def test_values_over_the_limit_are_refused(pool):
 def test_feedback_describes_the_first_failure(pool):
     job = sb.Job("def f(x):\n    return x * 2\n", "assert", ["assert f(1) == 2", "assert f(3) == 7", "assert f(4) == 9"],
                  fn_name="f")
-    text = sb.feedback(job, pool.run([job])[0])
+    text = agents.feedback(job, pool.run([job])[0])
     assert "assert f(3) == 7" in text and "f(3) = 6" in text and "1 more failing" in text
     sjob = sb.Job("print(input())", "stdio", [{"input": "hi", "output": "bye"}])
-    stext = sb.feedback(sjob, pool.run([sjob])[0])
+    stext = agents.feedback(sjob, pool.run([sjob])[0])
     assert "hi" in stext and "bye" in stext and "Verdict: failed" in stext
 
 

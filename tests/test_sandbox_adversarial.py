@@ -29,6 +29,7 @@ import uuid
 
 import pytest
 
+import agents
 import sandbox as sb
 
 TOKEN = uuid.uuid4().hex[:12]          # names every file an attack tries to create outside its directory
@@ -716,7 +717,7 @@ def test_text_leaving_the_sandbox_is_valid_utf8(pool, program):
     job = sb.Job(program, "assert", list(CASES))
     r = pool.run([job])[0]
     assert r.verdict != "passed"
-    for text in [r.error, r.stdout, r.stderr, sb.feedback(job, r, max_cases=2)] + \
+    for text in [r.error, r.stdout, r.stderr, agents.feedback(job, r, max_cases=2)] + \
             [t.got for t in r.tests] + [t.error for t in r.tests]:
         text.encode("utf-8")
 

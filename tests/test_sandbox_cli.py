@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import agents
 import sandbox as sb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +44,7 @@ def test_cpu_limit_in_the_top_level_fails_a_test_that_does_not_call_the_program(
     # first, or the kill may read as "killed"; either way the test does not pass.
     r = run_program(pool, "while True:\n    pass\n", "assert 1", time_limit=1.0)
     assert r.verdict != "passed" and (r.passed, r.total) == (0, 1)
-    assert "All tests passed" not in sb.feedback(sb.Job("", "assert", ["assert 1"]), r)
+    assert "All tests passed" not in agents.feedback(sb.Job("", "assert", ["assert 1"]), r)
 
 
 def test_wall_limit_in_the_top_level_fails_a_test_that_does_not_call_the_program(pool):
@@ -55,7 +56,7 @@ def test_system_exit_3_fails_and_the_feedback_agrees_with_the_verdict(pool):
     job = sb.Job(program="raise SystemExit(3)\n", kind="assert", cases=["assert 1"])
     r = pool.run([job])[0]
     assert (r.verdict, r.passed, r.total) == ("error", 0, 1)
-    text = sb.feedback(job, r)
+    text = agents.feedback(job, r)
     assert "All tests passed" not in text and "SystemExit: 3" in text
 
 
@@ -68,7 +69,7 @@ def test_a_top_level_failure_without_tests_is_reported_as_a_failure(pool):
     job = sb.Job(program="raise ValueError('boom')\n", kind="assert", cases=[])
     r = pool.run([job])[0]
     assert (r.verdict, r.passed, r.total) == ("error", 0, 0)
-    text = sb.feedback(job, r)
+    text = agents.feedback(job, r)
     assert "The program failed" in text and "ValueError: boom" in text
 
 
@@ -76,7 +77,7 @@ def test_a_program_that_completes_still_passes_a_test_that_does_not_call_it(pool
     job = sb.Job(program="def f(x):\n    return x + 1\n", kind="assert", cases=["assert 1", "assert f(1) == 2"])
     r = pool.run([job])[0]
     assert (r.verdict, r.passed, r.total) == ("passed", 2, 2)
-    assert sb.feedback(job, r) == "All tests passed."
+    assert agents.feedback(job, r) == "All tests passed."
 
 
 # ------------------------------------------------------------------------------------------------------
