@@ -25,7 +25,8 @@ The hardening layers, each a section below saying what it defends and what happe
                         per worker: PID (random pid per run), mount, network
   minimal root          read-only: /usr, the interpreter and its standard library; no site-packages, no
                         project, no protected (benchmark) files, no /proc; a startup self-check proves it
-  run directory         a tmpfs of its own per run, unmounted whole after it
+  run directory         a tmpfs of its own per run, covered by the next run's; unmounted whole, 32 at a time
+                        (at once if it holds anything)
   the judge's budget    of each run the parent keeps only what it judges: <= ~0.5 s CPU, 64 MB per program
 Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`),
 and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term that
