@@ -1827,14 +1827,14 @@ def _short(x, n=300):
 
 def _value_from_entry(entry, shown, stop, budget):
     """One child result line -> the genuine value, or raise _CandidateFailure. `budget`: the job's
-    [bytes left] of PARENT_BUDGET_BYTES, charged before any decoding."""
+    [bytes left] of its value budget (_value_budget), charged before any decoding."""
     if entry is None:
         raise _CandidateFailure(*stop)
     if "v" in entry:
         budget[0] -= len(entry["v"]) if type(entry["v"]) is str else 0
         if budget[0] < 0:
-            raise _CandidateFailure("failed", f"{shown}: the program's values exceed the parent's budget of "
-                                              f"{PARENT_BUDGET_BYTES} bytes per job")
+            raise _CandidateFailure("failed", f"{shown}: the program's values exceed what the parent decodes for "
+                                              "this job (PARENT_BUDGET_BYTES, + 8x a functional job's expected outputs)")
         try:
             return decode_value(entry["v"])
         except ValueError as e:
