@@ -1433,10 +1433,11 @@ def _spawn_and_wait(job_fd, index, limits):
 
 def _send_run(fd, obs):
     """One run's observations as a message (_reply), then its result lines, stdout and stderr as raw bytes, copied by
-    the kernel from the run's memfds (sendfile): this server never holds what a run wrote. Each is at most
-    FILE_SIZE_MB (RLIMIT_FSIZE); the client keeps what it judges and moves the rest to /dev/null (_Worker.recv)."""
+    the kernel from the run's memfds (sendfile): this server never holds what a run wrote. Of each, one byte more than
+    OUTPUT_LIMIT_BYTES at most (so the client sees a flood, and its cost stays bounded over a job's many runs); the
+    client keeps what it judges and moves the rest to /dev/null (_Worker.recv)."""
     files = [obs["files"][name] for name in ("results", "stdout", "stderr")]
-    sizes = [os.fstat(f).st_size for f in files]
+    sizes = [min(os.fstat(f).st_size, OUTPUT_LIMIT_BYTES + 1) for f in files]
     # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
     # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
     _reply(fd, b'{"op": "run", "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, "cpu_s": %a, '
@@ -1692,9 +1693,9 @@ class _Worker:
         deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
             + REPLY_SLACK_S
         # What the parent keeps of the runs, so judging a program costs this process a bounded amount over all its
-        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): a run may write
-        # FILE_SIZE_MB of result lines, of stdout and of stderr, and a job may have 100+ tests. Per run: result lines
-        # up to what the judge can use (assert: the parent's value budget, one line per snippet; functional: one
+        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): the server sends up to
+        # 8 MB of a run's result lines, of its stdout and of its stderr, and a job may have 100+ tests. Per run: result
+        # lines up to what the judge can use (assert: the parent's value budget, one line per snippet; functional: one
         # value; stdio: status lines only), at most that many lines (the child's own + 16 status lines); stdout of a
         # stdio test up to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here
         # only: never sent to the server), else its last 2,000 bytes; the last 2,000 bytes of stderr. Per job: `keep`.
@@ -1834,7 +1835,7 @@ def _value_from_entry(entry, shown, stop, budget):
         budget[0] -= len(entry["v"]) if type(entry["v"]) is str else 0
         if budget[0] < 0:
             raise _CandidateFailure("failed", f"{shown}: the program's values exceed what the parent decodes for "
-                                              "this job (PARENT_BUDGET_BYTES, + 8x a functional job's expected outputs)")
+                                              "this job (PARENT_BUDGET_BYTES, + 8x a functional job's outputs)")
         try:
             return decode_value(entry["v"])
         except ValueError as e:

@@ -1037,9 +1037,12 @@ def test_cleaning_up_a_wide_tree_takes_no_longer_than_making_it(tree):
 
 
 # --- 8. the judge is bounded per program, over all its tests ---------------------------------------------------
-# Each writes as much as a run may (result channel 16 MB, stdout 8 MB) in every one of its tests; the first two
-# pass (their answers are right), the rest fail. The parent's cost of judging each, whole: <= 0.5 s CPU, <= 64 MB.
+# Each floods in every one of its tests (the server sends at most 8 MB + 1 byte of a channel; a run may write
+# 64 MB, RLIMIT_FSIZE); the first two pass (their answers are right), the rest fail. The parent's cost of judging
+# each, whole: <= 0.5 s CPU, <= 64 MB.
 FLOOD_RESULTS = "import os\nline = b'{\"k\": 0}' + b' ' * 1000 + b'\\n'\nfor _ in range(16000):\n    os.write(3, line)\n"
+FLOOD_ALL = ("import os\nb = b'x' * (1 << 20)\nfor fd in (1, 2, 3):\n    for _ in range(64):\n        try:\n"
+             "            os.write(fd, b)\n        except OSError:\n            break\n")
 PARENT_COST_PER_PROGRAM = {
     "stdio_results_flood_passing": (FLOOD_RESULTS + "print(int(input()) * 2)\n", "stdio",
                                     [{"input": f"{i}\n", "output": f"{2 * i}\n"} for i in range(3)]),
@@ -1048,6 +1051,7 @@ PARENT_COST_PER_PROGRAM = {
     "stdout_flood_many_tests": ("import sys\nsys.stdout.write('7 ' * 4_000_000)\n", "stdio",
                                 [{"input": "", "output": "7 7"}] * 30),
     "results_flood_many_tests": (FLOOD_RESULTS, "stdio", [{"input": "", "output": ""}] * 30),
+    "every_channel_flood_many_tests": (FLOOD_ALL, "stdio", [{"input": "", "output": ""}] * 60),
     "functional_values_many_tests": ("def f(x):\n    return ['x' * 1_000_000] * 2\n", "functional",
                                      [{"input": "1", "output": '["y"]'}] * 30),
 }
