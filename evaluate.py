@@ -34,6 +34,7 @@ import itertools
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -183,11 +184,18 @@ def add_shared_flags(p, **defaults):
         p.add_argument(name, **(dict(kw, default=defaults[dest]) if dest in defaults else kw))
 
 
+def stop_on_sigterm(signum, frame):
+    """SIGTERM (kill, timeout, a job scheduler, a closed terminal) stops a run as Ctrl-C does: what is saved is kept
+    and the closing line says how to continue; the exit status is then 143 (128 + 15), Ctrl-C's 130."""
+    raise KeyboardInterrupt(signum)
+
+
 def cli(run, args, interrupted):
     """Run `run(args)` as both scripts do: stdout line-buffered (a log file gets each line as it is printed); a
-    UsageError is one `error:` line and exit status 2; Ctrl-C says what is saved and how to continue
-    (interrupted() -> text), 130; under torchrun another exception is one line naming the rank, 1."""
+    UsageError is one `error:` line and exit status 2; Ctrl-C or SIGTERM says what is saved and how to continue
+    (interrupted() -> text), 130 or 143; under torchrun another exception is one line naming the rank, 1."""
     sys.stdout.reconfigure(line_buffering=True)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     rank, world, args.device = grpo.dist_setup(args.device)
     where = f"rank {rank}: " if world > 1 else ""
     try:
@@ -196,9 +204,9 @@ def cli(run, args, interrupted):
     except UsageError as e:
         print(f"error: {where}{e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"\n{where}interrupted: {interrupted()}", file=sys.stderr)
-        return 130
+        return 143 if e.args == (signal.SIGTERM,) else 130
     except Exception as e:
         if world == 1:
             raise
@@ -206,6 +214,30 @@ def cli(run, args, interrupted):
         return 1
     finally:
         grpo.dist_teardown()
+
+
+# our choice: off a terminal (a log file) a long phase prints where it is at most once a minute: a redirected log shows
+# progress without a flood of bar redraws.
+PROGRESS_EVERY_S = 60.0
+
+
+def log_progress(prefix, every_s=PROGRESS_EVERY_S):
+    """show(text) for a log file: prints `prefix() text (elapsed)` and the time since the last call, at most once
+    every `every_s` seconds; the first call prints at once."""
+    t0, last = time.time(), [-every_s]
+
+    def show(text):
+        if time.time() - t0 - last[0] >= every_s:
+            last[0] = time.time() - t0
+            print(f"{prefix()}{text} ({duration(last[0])} in)")
+    return show
+
+
+def duration(seconds):
+    """A time span in the reader's units: 45s, 12m, 3h05m."""
+    seconds = int(seconds)
+    return f"{seconds}s" if seconds < 90 else f"{seconds // 60}m" if seconds < 5400 else \
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def digest(path: str) -> str:
@@ -571,15 +603,20 @@ def attempt_and_judge(team, method, problems, *, n=1, temperature=0.0, seed=0, r
     return records, t1 - t0, time.perf_counter() - t1
 
 
-def evaluate_row(team, name, method, todo, problems, args, path, given=None):
+def evaluate_row(team, name, method, todo, problems, args, path, given=None, later=0):
     """Generate + execute one row's remaining problems chunk by chunk. Each chunk's lines are appended and flushed at
     once, so a killed run loses at most the chunk in flight. Under torchrun a chunk is --batch-size problems per
     rank, each rank takes its contiguous share, and rank 0 writes the gathered lines in order. given: given-plan's
-    plans per problem id (load_given_plans)."""
+    plans per problem id (load_given_plans). later: the problems the rows after this one have left, for the run's
+    estimated time left (at this row's pace so far)."""
     rank, world = grpo.rank_and_world()
-    # disable=None: a bar on a terminal, none in a log file (a line per chunk there instead).
+    # disable=None: a bar on a terminal, none in a log file (a line per chunk there instead, with the time left, and
+    # where the chunk in flight is at most once a minute).
     bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc=name, unit="problem",
                disable=None if rank == 0 else True)
+    show = log_progress(lambda: f"{name}: ") if rank == 0 and bar.disable else \
+        (lambda text: bar.set_postfix_str(text, refresh=True))
+    t_row = time.time()
     for start in range(0, len(todo), args.batch_size * world):
         whole = todo[start:start + args.batch_size * world]
         chunk = grpo.shard(whole, rank, world)
@@ -587,7 +624,7 @@ def evaluate_row(team, name, method, todo, problems, args, path, given=None):
         records, gen_s, exec_s = attempt_and_judge(
             team, method, [p for _, p in chunk], n=args.n, temperature=args.temperature,
             seed=args.seed + chunk[0][0] if chunk else 0, repeat=args.timing_repeats,
-            stop_on_failure=args.stop_on_failure, show=lambda text: bar.set_postfix_str(text, refresh=True),
+            stop_on_failure=args.stop_on_failure, show=show,
             donors=other_plan_donors(problems, chunk) if method == "other-plan" else None,
             plans=[given[p.id] for _, p in chunk] if method == "given-plan" else None)
         k = max(1, len(chunk))  # per-problem share of the chunk's time (generation is batched across problems)
@@ -603,9 +640,10 @@ def evaluate_row(team, name, method, todo, problems, args, path, given=None):
                 os.fsync(f.fileno())
         bar.update(len(whole))
         if rank == 0 and bar.disable:
-            done = len(problems) - len(todo) + start + len(whole)
+            done, pace = len(problems) - len(todo) + start + len(whole), (time.time() - t_row) / (start + len(whole))
             print(f"{name}: {done}/{len(problems)} problems, {sum(json.loads(line)['passed'] > 0 for line in lines)}"
-                  f"/{len(lines)} of this chunk passed, {gen_s + exec_s:.0f} s")
+                  f"/{len(lines)} of this chunk passed, {gen_s + exec_s:.0f} s | ~{duration(pace * (len(problems) - done))}"
+                  f" left in this row, ~{duration(pace * (len(problems) - done + later))} in the run")
     bar.close()
 
 
@@ -786,10 +824,14 @@ def evaluate(args) -> str:
                     json.dump(settings_of(args, RESULT_SETTINGS), f, indent=2)
             with open(os.path.join(out_dir, "args.json"), "w") as f:
                 json.dump(vars(args), f, indent=2)
+        left = sum(map(len, todo.values()))
+        say(f"work: {left} problem-rows to run ({len(problems)} problems x {len(rows)} rows, n={args.n}, programs <= "
+            f"{args.max_new_tokens} tokens, plans <= {args.plan_max_new_tokens}); the time left follows each chunk")
         for name, method, off in rows:  # an ablation row acts with every loaded adapter but those it switches off
             row_team = dataclasses.replace(team, adapters=team.adapters - off) if team else None
+            left -= len(todo[name])
             evaluate_row(row_team, name, method, todo[name], problems, args, os.path.join(out_dir, f"{name}.jsonl"),
-                         given)
+                         given, later=left)
         return write_summary(out_dir, problems, args, pool.mode) if rank == 0 else None
 
 

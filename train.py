@@ -213,8 +213,10 @@ def optimisation_flags(p):
     p.add_argument("--lora-targets", default=",".join(grpo.DEFAULT_TARGETS), help="comma-separated module names")
     p.add_argument("--eval-every", type=at_least(0), default=25,
                    help="held-out eval every N steps (and at 0 and the end); 0 = never")
-    p.add_argument("--save-every", type=at_least(1), default=25, help="checkpoint every N steps (and at the end)")
-    p.add_argument("--keep-last", type=at_least(1), default=3, help="checkpoints kept")
+    p.add_argument("--save-every", type=at_least(1), default=25,
+                   help="keep the checkpoint of every N-th step (and of the end); every completed step writes one, and "
+                        "the newest is kept until the next, so a stopped run loses at most the step in flight")
+    p.add_argument("--keep-last", type=at_least(1), default=3, help="--save-every checkpoints kept")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
 
 
@@ -419,7 +421,10 @@ def save_checkpoint(run, step):
     torch.save(state, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in checkpoint_dirs(args.out)[:-args.keep_last]:
+    # Kept: the last --keep-last of the --save-every steps (and the end's), and the newest, whatever its step.
+    dirs = checkpoint_dirs(args.out)
+    saved = [d for d in dirs if int(d[-6:]) % args.save_every == 0 or int(d[-6:]) == args.num_steps]
+    for old in set(dirs) - set(saved[-args.keep_last:]) - {dirs[-1]}:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -488,7 +493,8 @@ def main(argv=None):
     def interrupted():
         if checkpoint_dirs(args.out):
             again = shlex.join(words + ([] if args.resume else ["--resume"]))
-            return f"last checkpoint: {checkpoint_dirs(args.out)[-1]}; resume with: python train.py {again}"
+            return (f"every completed step is kept, the last in {checkpoint_dirs(args.out)[-1]}; resume with: "
+                    f"python train.py {again}")
         # --resume would find nothing to continue: the same command starts again
         again = shlex.join([w for w in words if w != "--resume"])
         return f"before the first checkpoint (nothing to resume); start again with: python train.py {again}"
@@ -561,6 +567,9 @@ class State:
     scheduler: object
     device: object
     bar: object = None           # the progress bar (disabled off a terminal and on ranks other than 0)
+    log: object = None           # off a terminal: where the step in flight is, at most once a minute (log_progress)
+    t_start: float = 0.0         # when this process began its first step, and which step that was: the time left
+    first_step: int = 0
 
     @property
     def lead(self):
@@ -583,9 +592,25 @@ def say(run, *lines, **kw):
 
 
 def show(run, text):
-    """The phase inside a step, on the bar (only on a terminal, see the bar's disable=None)."""
-    if run.bar is not None:
+    """The phase inside a step: on the bar on a terminal (see the bar's disable=None), else a log line at most once a
+    minute."""
+    if run.log is not None:
+        run.log(text)
+    elif run.bar is not None:
         run.bar.set_postfix_str(text, refresh=True)
+
+
+def work_line(run, start):
+    """What the run is about to do, in the reader's units, before it spends anything on it."""
+    args, stage = run.args, STAGES[run.args.stage]
+    rows = len(stage["chain"]) - stage["chain"].index(run.role)  # the trained role and the roles after it
+    evals = (args.num_steps // args.eval_every + 1 if args.eval_every else 0) if run.eval_set else 0
+    return (f"work: {args.num_steps - start} steps x {args.problems_per_step} problems x G={args.group_size} "
+            f"{run.role} samples" + (f" x M={args.downstream_samples} programs each" if rows > 1 else "")
+            + f" (plans <= {args.plan_max_new_tokens} tokens, programs <= {args.max_new_tokens})"
+            + (f"; {evals} held-out evals of {len(run.eval_set)} problems" if evals else "")
+            + "; the time left follows each step" + ("; on a CPU these defaults are sized for a GPU (README, "
+                                                      "Quick start)" if run.device.type == "cpu" else ""))
 
 
 # Policies this large learn with gradient checkpointing on a CPU too: without it, Planner steps of the 1.5B
@@ -704,8 +729,12 @@ def train(args, pool, rank=0, world=1):
     # disable=None: the bar (and the phase shown in it) only on a terminal; in a log file only the step lines.
     run.bar = tqdm(range(start, args.num_steps), initial=start, total=args.num_steps, desc=f"train {args.stage}",
                    dynamic_ncols=True, disable=None if run.lead else True)
+    say(run, work_line(run, start))
+    run.t_start, run.first_step = time.time(), start
     for step in run.bar:
         m = {"step": step + 1}
+        if run.lead and run.bar.disable:
+            run.log = evaluate.log_progress(lambda: f"step {step + 1}/{args.num_steps}: ")
         # ---- 0 eval before any update: the baseline Collaboration Gain and plan information
         if step == 0 and run.eval_set:
             show(run, f"held-out eval on {len(run.eval_set)} problems")
@@ -978,10 +1007,17 @@ def log_evaluate_checkpoint(run, m):
         say(run, f"step {done}: reward {m['reward_mean']:.3f} pass {m.get('pass_rate', float('nan')):.3f} "
                  f"zero-var {m['zero_var_frac']:.2f} kl {m.get('kl', 0):.4f} clip {m.get('clip_frac', 0):.3f} "
                  f"len {m['completion_len']:.0f} gnorm {m.get('grad_norm', float('nan')):.3f} "
-                 f"| sample {m['t_sample']:.1f}s execute {m['t_execute']:.1f}s learn {m['t_learn']:.1f}s" + evaluated)
-    # Checkpoint (never after a skipped step's corrupted state: the update was dropped, weights are clean).
-    if done % args.save_every == 0 or last:
-        save_checkpoint(run, done)
+                 f"| sample {m['t_sample']:.1f}s execute {m['t_execute']:.1f}s learn {m['t_learn']:.1f}s" + evaluated
+                 + time_left(run, done))
+    # Every completed step's checkpoint, so that a stop loses at most the step in flight (a skipped step's update was
+    # dropped: its weights are clean). save_checkpoint keeps the --save-every ones and the newest.
+    save_checkpoint(run, done)
+
+
+def time_left(run, done):
+    """` | 3m/step, ~9h50m left`: this process's pace so far (held-out evals included) over the steps still to do."""
+    pace = (time.time() - run.t_start) / max(1, done - run.first_step)
+    return f" | {evaluate.duration(pace)}/step, ~{evaluate.duration(pace * (run.args.num_steps - done))} left"
 
 
 if __name__ == "__main__":

@@ -631,3 +631,33 @@ def test_a_second_model_with_another_tokenizer_is_refused(tiny, tmp_path):
     build_tokenizer(vocab_size=300).save_pretrained(other)  # the same weights, another vocabulary
     with pytest.raises(ValueError, match="tokenizes or templates chat differently"):
         roles.load_second_model(other, tiny[1], device="cpu", dtype="float32")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The restatement's ablations and the direct prompt
+
+
+def _coder_prompt_of(tiny, monkeypatch, method):
+    calls = _record_sample(monkeypatch)
+    roles.run_method(team(tiny), method, [assert_problem()], n=1, temperature=0.0)
+    (prompts, _, _), = calls
+    return prompts[0]
+
+
+def test_the_direct_prompt_holds_the_restatement_without_a_plan_framing(tiny, monkeypatch):
+    prompt = _coder_prompt_of(tiny, monkeypatch, "direct")
+    assert prompt == roles.direct_prompt(tiny[1], assert_problem())
+    assert roles.restatement_plan(assert_problem()) in prompt and "Here is a plan" not in prompt
+
+
+@pytest.mark.parametrize("method, has, lacks", [
+    ("direct-once", [], ["Input/Output: as in the problem", "Read the problem again", "Here is a plan"]),
+    ("direct-reread", ["Read the problem again: Write a function to add"], ["Input/Output:", "Here is a plan"]),
+    ("statement-plan", ["Here is a plan", "Steps: 1. Write a function to add"], ["Example: assert"]),
+    ("example-plan", ["Here is a plan", "Input/Output: as in the problem: Example: assert add_nums(1, 2) == 3"],
+     ["Steps: 1."]),
+])
+def test_each_ablation_gives_the_coder_its_text(tiny, monkeypatch, method, has, lacks):
+    prompt = _coder_prompt_of(tiny, monkeypatch, method)
+    assert "Write a function to add two numbers" in prompt  # the problem itself is always shown
+    assert all(text in prompt for text in has) and not any(text in prompt for text in lacks), prompt

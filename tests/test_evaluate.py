@@ -6,6 +6,8 @@ the scores; the scores are checked by summarize() on records whose answer is kno
 """
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -572,3 +574,36 @@ def test_the_planner_model_decides_the_default_out_dir_and_the_settings(tiny_mod
     assert evaluate.default_out_dir(args) != evaluate.default_out_dir(alone)
     assert evaluate.settings_of(args, evaluate.RESULT_SETTINGS)["planner_model"] == tiny_planner_model_dir
     assert evaluate.settings_of(alone, evaluate.RESULT_SETTINGS)["planner_model"] is None
+
+
+def test_sigterm_keeps_the_finished_problems_and_the_same_command_continues_to_the_same_metrics(
+        tiny_model_dir, mbpp_path, tmp_path):
+    argv = ["--bench", "mbpp", "--split", "validation", "--limit", "6", "--method", "direct", "content-free-plan",
+            "--dtype", "float32", "--max-new-tokens", "16", "--batch-size", "1", "--workers", "2",
+            "--model", tiny_model_dir, "--data", mbpp_path]
+    assert evaluate.main(argv + ["--out", str(tmp_path / "whole")]) == 0
+    out = tmp_path / "stopped"
+    cmd = [sys.executable, os.path.join(ROOT, "evaluate.py"), *argv, "--out", str(out)]
+    with open(tmp_path / "log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not (
+                os.path.exists(out / "direct.jsonl") and len(open(out / "direct.jsonl").readlines()) >= 2):
+            time.sleep(0.02)
+        assert proc.poll() is None, "the evaluation ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1].startswith("interrupted:"), err
+    assert "the same command continues" in err and not os.path.exists(out / "summary.json")
+    # The log got the work line and a time left before the stop.
+    assert "work: 12 problem-rows to run (6 problems x 2 rows" in open(tmp_path / "log").read()
+    assert re.search(r"direct: \d/6 problems, .* left in this row, ~\S+ in the run", open(tmp_path / "log").read())
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "skipped" in r.stdout, r.stderr
+
+    def metrics(path):
+        rows = json.load(open(path / "summary.json"))
+        return {row: {k: v for k, v in m.items() if not k.endswith("_s")} for row, m in rows.items()
+                if row != "sandbox"}
+
+    assert metrics(out) == metrics(tmp_path / "whole")

@@ -4,6 +4,7 @@ plus resume (also after SIGKILL: the resumed run's metrics equal an uninterrupte
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -152,29 +153,15 @@ def toy_argv(model, out, steps, data):
             "--warmup-steps", "1", "--eval-every", "0", "--save-every", "2", "--lora-r", "4", "--seed", "3", "--dtype", "float32"]
 
 
-def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, toy_mbpp, tmp_path):
-    steps = 10
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    train.main(toy_argv(tiny_model_dir, full, steps, toy_mbpp))
-    # Start the same run in a subprocess, SIGKILL it as soon as its step-2 checkpoint exists, resume it.
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, killed, steps, toy_mbpp)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not os.path.isdir(killed / "checkpoints" / "step_000002") and time.time() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert os.path.isdir(killed / "checkpoints" / "step_000002")
-    assert not os.path.isdir(killed / "final"), "the run finished before it could be killed"
-    subprocess.run(cmd + ["--resume"], cwd=ROOT, check=True, capture_output=True, timeout=300)
-
+def assert_same_run(got_dir, want_dir):
+    """The metrics (timings aside) and the final adapter of two runs are equal up to float32 rounding: the runs are
+    different processes, and CPU matmul kernels may pick code paths by memory alignment, which moves the last bits of
+    a sum (seen: KL 0.022808235 vs 0.022808239 at step 4). What a broken resume changes (sampled tokens, rewards,
+    optimizer or RNG state) moves these by far more than 1e-5."""
     def strip(ms):
         return [{k: v for k, v in m.items() if k not in TIMING} for m in ms]
 
-    # Equal up to float32 rounding: the runs are different processes, and CPU matmul kernels may pick code paths by
-    # memory alignment, which moves the last bits of a sum (seen: KL 0.022808235 vs 0.022808239 at step 4). What a
-    # broken resume changes (sampled tokens, rewards, optimizer or RNG state) moves these by far more than 1e-5.
-    got, want = strip(read_metrics(killed)), strip(read_metrics(full))
+    got, want = strip(read_metrics(got_dir)), strip(read_metrics(want_dir))
     assert [sorted(m) for m in got] == [sorted(m) for m in want]
     for g, w in zip(got, want):
         for k in w:
@@ -182,6 +169,71 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, toy_mbpp,
                 assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-9), (g["step"], k)
             else:
                 assert g[k] == w[k], (g["step"], k)
+    from safetensors.torch import load_file
+    a, b = (load_file(os.path.join(d, "final", "coder", "adapter_model.safetensors")) for d in (got_dir, want_dir))
+    assert sorted(a) == sorted(b) and all(torch_allclose(a[k], b[k]) for k in a)
+
+
+def torch_allclose(x, y):
+    import torch
+    return torch.allclose(x, y, rtol=1e-5, atol=1e-7)
+
+
+def start_and_stop(cmd, out, log, sig, ready):
+    """Start cmd with its stdout in a log file, send `sig` once ready(log text) holds; returns (rc, stderr)."""
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while not ready(open(log).read()) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+@pytest.fixture(scope="module")
+def toy_full(tiny_model_dir, toy_mbpp, tmp_path_factory):
+    out = tmp_path_factory.mktemp("toy-full")
+    train.main(toy_argv(tiny_model_dir, out, 10, toy_mbpp))
+    return out
+
+
+def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, toy_mbpp, tmp_path, toy_full):
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, killed, 10, toy_mbpp)]
+    start_and_stop(cmd, killed, tmp_path / "log", signal.SIGKILL,
+                   lambda log: os.path.isdir(killed / "checkpoints" / "step_000002"))
+    assert os.path.isdir(killed / "checkpoints" / "step_000002") and not os.path.isdir(killed / "final")
+    subprocess.run(cmd + ["--resume"], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    assert_same_run(killed, toy_full)
+
+
+def test_sigterm_mid_step_keeps_every_completed_step_and_resumes_exactly(tiny_model_dir, toy_mbpp, tmp_path,
+                                                                         toy_full):
+    # --save-every 2, stopped in step 4 after step 3 was logged: step 3 is kept all the same.
+    out = tmp_path / "stopped"
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, out, 10, toy_mbpp)]
+    rc, err = start_and_stop(cmd, out, tmp_path / "log", signal.SIGTERM, lambda log: "step 4/10:" in log)
+    assert rc == 143, err
+    closing = err.strip().splitlines()
+    assert len(closing) == 1 and closing[0].startswith("interrupted:") and "--resume" in closing[0], err
+    assert os.path.isdir(out / "checkpoints" / "step_000003") and not os.path.isdir(out / "final")
+    subprocess.run(cmd + ["--resume"], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    assert_same_run(out, toy_full)
+    assert sorted(os.listdir(out / "checkpoints")) == ["step_000006", "step_000008", "step_000010"]  # --keep-last 3
+
+
+def test_the_work_progress_and_time_left_reach_a_redirected_log_while_the_run_goes_on(tiny_model_dir, toy_mbpp,
+                                                                                        tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *toy_argv(tiny_model_dir, out, 200, toy_mbpp)]
+    rc, _ = start_and_stop(cmd, out, tmp_path / "log", signal.SIGTERM,
+                           lambda log: re.search(r"step 1: .* left", log))
+    log = open(tmp_path / "log").read()
+    assert "work: 200 steps x 2 problems x G=4 coder samples" in log
+    assert "step 1/200: sampling coder" in log  # inside the step, before its line
+    assert re.search(r"step 1: .*\| \S+/step, ~\S+ left", log), log
 
 
 def test_direct_stage_is_single_agent_grpo(tiny_model_dir, mbpp_path, tmp_path):
@@ -467,3 +519,20 @@ def test_a_planner_run_with_the_blind_weight_logs_the_blind_pass_rate(tiny_model
                      extra=("--blind-weight", "1", "--eval-every", "0")))
     m = read_metrics(tmp_path)[-1]
     assert 0.0 <= m["blind_pass_rate"] <= 1.0 and m["t_blind"] > 0
+
+
+def test_the_direct_stage_samples_from_the_direct_prompt_evaluation_uses(tiny_model_dir, mbpp_path, tmp_path,
+                                                                          monkeypatch):
+    # One direct prompt, one place: single-agent GRPO trains on exactly what evaluate.py's direct row measures.
+    prompts, real = [], agents.sample
+
+    def spy(model, tokenizer, texts, *a, **kw):
+        prompts.extend(texts)
+        return real(model, tokenizer, texts, *a, **kw)
+
+    monkeypatch.setattr(agents, "sample", spy)
+    train.main(small(tiny_model_dir, tmp_path, "direct", mbpp_path, steps=1, extra=("--eval-every", "0")))
+    tokenizer = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")[1]
+    problems = train.data.load("mbpp", path=mbpp_path, split="train", limit=4)
+    assert prompts and set(prompts) <= {agents.direct_prompt(tokenizer, p) for p in problems}
+    assert all("Input/Output: as in the problem:" in p for p in prompts)
