@@ -222,24 +222,19 @@ def _tag_value(x, depth, budget):
 def encode_value(x) -> str:
     """JSON text for `x`, or raise _Refused. Runs in the child (and in the parent for arguments)."""
     # json.dumps of the tagged tree meets only exact builtin types, never a method the program could change.
-    try:
-        text = json.dumps(_tag_value(x, 0, [VALUE_LIMIT_BYTES]), allow_nan=False, separators=(",", ":"))
-    except RecursionError:
-        raise _Refused("value nested too deeply") from None
+    # A RecursionError (a program may lower the limit) is its callers' to report: the child's as a refused value.
+    text = json.dumps(_tag_value(x, 0, [VALUE_LIMIT_BYTES]), allow_nan=False, separators=(",", ":"))
     if len(text) > VALUE_LIMIT_BYTES:
         raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
     return text
 
 
 class MatchValue:
-    """The parent's stand-in for a returned re.Match: true, equal only to itself, shown like a match."""
+    """The parent's stand-in for a returned re.Match: true (as any object), equal only to itself, shown like a match."""
     __slots__ = ("span", "text")
 
     def __init__(self, start, end, text):
         self.span, self.text = (start, end), text
-
-    def __bool__(self):
-        return True
 
     def __repr__(self):
         return f"<re.Match object; span={self.span}, match={self.text!r}>"
@@ -394,10 +389,9 @@ class _Splitter(ast.NodeTransformer):
         # Inside a loop, comprehension or def a snippet may run many times with other values: not flat.
         repeating = isinstance(node, _REPEATING)
         self.repeat_depth += repeating
-        try:
-            return self.generic_visit(node)
-        finally:
-            self.repeat_depth -= repeating
+        node = self.generic_visit(node)
+        self.repeat_depth -= repeating
+        return node
 
     def replace(self, node):
         # Free names: names the test side binds that this snippet reads; their values are sent along.
@@ -703,8 +697,7 @@ def _child_main(run):
             _child_confine(run)
             # Forked without Python's at-fork hooks (_raw_fork), so `random` still holds the server's state, the
             # same in every run: reseeded from the kernel, a run cannot predict another's draws (a test's).
-            if "random" in sys.modules:
-                sys.modules["random"].seed()
+            sys.modules["random"].seed()              # preloaded (_preload)
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             raise
@@ -982,8 +975,6 @@ def _v2_delegate(base_fd):
     missing = {"memory", "pids", "cpu"} - set(_read_at(base_fd, "cgroup.controllers").split())
     if missing:
         raise OSError(f"cgroup v2 controllers {sorted(missing)} are not delegated to our cgroup")
-    if {"memory", "pids", "cpu"} <= set(_read_at(base_fd, "cgroup.subtree_control").split()):
-        return
     os.makedirs(f"/proc/self/fd/{base_fd}/corecode-leaf", 0o755, exist_ok=True)
     for pid in _read_at(base_fd, "cgroup.procs").split():
         try:
