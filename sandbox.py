@@ -535,8 +535,11 @@ def _split_job(job):
 # ---------------------------------------------------------------------------------------------------
 # Comparing outputs (parent side)
 # ---------------------------------------------------------------------------------------------------
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_INTEGER = re.compile(r"[+-]?\d+")
+# ASCII digits only (a full-width or Arabic-Indic digit is no judge's number, though float() reads it), and an exponent
+# of at most 6 digits: Decimal traps on a 20-digit one (InvalidOperation), and none is in any answer. Such a token is
+# compared as text: a wrong answer, never an exception.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,6})?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def _tokens_equal(a: str, b: str) -> bool:
@@ -1810,10 +1813,7 @@ _SHORT_REPR.repr_int = lambda x, level: f"<int with {x.bit_length()} bits>" if x
 
 def _short(x, n=300):
     """repr(x) in at most n (+3) characters."""
-    try:
-        text = _SHORT_REPR.repr(x)
-    except Exception as e:     # decoded values are builtin, so this is only for safety
-        text = f"<repr failed: {type(e).__name__}: {e}>"
+    text = _SHORT_REPR.repr(x)       # of builtin values only (decoded): a failure would be the judge's, per test
     return text if len(text) <= n else text[:n] + "..."
 
 
@@ -1948,7 +1948,11 @@ def _execute_on(worker, job):
         hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
         part = job.cases[lo:hi]
         part_runs = worker.run(job._replace(cases=part), keep=keep)
-        tests += [judge(job, c, r, budget) for c, r in zip(part, part_runs)]
+        for case, run in zip(part, part_runs):
+            try:
+                tests.append(judge(job, case, run, budget))
+            except Exception as e:      # output no rule foresaw, a test's bad data, a bug of ours: not the batch
+                tests.append(TestResult("error", error=f"judging failed: {type(e).__name__}: {e}"[:EXCERPT_CHARS]))
         runs, lo = runs + part_runs, hi
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
     return _finish(job, tests + [skipped] * (n - len(tests)), runs)
@@ -1964,10 +1968,8 @@ def _judge_functional(job, case, run, budget):
         return TestResult(e.verdict, error=e.message)
     if late := _over_time(job, run):
         return TestResult(late[0], error=late[1])
-    try:
-        expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
-    except ValueError as e:
-        return TestResult("error", got=_short(value), error=f"expected output is not JSON: {e}")
+    # An expected output that is not JSON is an "error" of the test's (_execute_on).
+    expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
     # Python's == on genuine values (1 == 1.0 == True), tuples read as lists. our choice: no float
     # tolerance for call-based answers (LiveCodeBench compares them exactly too).
     # value == expected implies equal _jsonish forms (== already matches list with list, tuple with tuple), so the
