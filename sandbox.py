@@ -39,11 +39,12 @@ problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case ca
 comprehension or def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or
 HumanEval case needs more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child:
 train.py leaves those problems out of training (never a reward); evaluate.py keeps them, with this limitation.
-Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed)
-and the peak is the largest process's max RSS: the mode says so. Without ns_last_pid pids follow in sequence across
-runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide. A socket parked in a descriptor loop keeps its
-memory until the kernel's unix garbage collector runs (charged to its run's cgroup, out of every later run's
-figures).
+Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed),
+the peak is the largest process's max RSS and the memory limit holds per process (memfds, pipes and a second process
+pass it): the mode says so (`memory_limit`: "per process"), and `refusal(need_memory=True)` stops a caller that
+judges memory limits. Without ns_last_pid pids follow in sequence across runs. The key quota (`kernel.keys.maxkeys`)
+is per uid host-wide. Data queued on unix sockets is not charged to a cgroup (v1 here): up to ~200 KB a socket, as
+many sockets as RLIMIT_NOFILE lets a run hold or have in flight.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
@@ -2135,7 +2136,10 @@ def _mode(features):
          f"limit per process); {_HOW_COUNTED}", memory)) if not held]
     name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
         (isolated, cpu and memory), "none")
-    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory, "missing": missing}
+    # memory_limit: the run's cgroup's wherever there is one (v2 before 5.19 too, where the peak is not counted); else
+    # RLIMIT_AS per process, which memfds, pipes and a second process escape: judging against it needs an opt-in.
+    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory,
+            "memory_limit": "whole run" if features.get("cgroup") else "per process", "missing": missing}
 
 
 def mode_line(mode) -> str:
@@ -2151,15 +2155,18 @@ def mode_line(mode) -> str:
 
 def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
     """None when the run may go ahead, else ONE line: what is missing, how to get it, the flag that overrides it.
-    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory."""
+    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory; need_memory also where the problems'
+    memory limits are part of the verdict (CodeContests, Codeforces): counted memory means a cgroup, where the limit
+    holds for the whole run (mode["memory_limit"]); without one it holds per process only."""
     if not mode["isolated"] and not allow_unisolated:
         return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
                 "pass --allow-unisolated to run it with your user's rights anyway")
     uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
                                             ("memory", need_memory, mode["memory_counted"])) if need and not counted]
     if uncounted and not allow_uncounted:
-        return (f"sandbox: refusing a {' and '.join(uncounted)} reward term the sandbox cannot count in full "
-                f"({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use it anyway")
+        return (f"sandbox: refusing {' and '.join(uncounted)} figures the sandbox cannot count in full, for a reward "
+                "term or a memory limit (without a cgroup a limit holds per process only: memfds, pipes or a second "
+                f"process pass it) ({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use them anyway")
     return None
 
 

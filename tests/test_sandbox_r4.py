@@ -288,7 +288,7 @@ FULL = {"name": "full", "isolated": True, "cpu_counted": True, "memory_counted":
 
 def test_the_mode_is_declared_json_and_matches_the_features(any_pool):
     mode = any_pool.mode
-    assert set(mode) == {"name", "isolated", "cpu_counted", "memory_counted", "missing"}
+    assert set(mode) == {"name", "isolated", "cpu_counted", "memory_counted", "memory_limit", "missing"}
     assert json.loads(json.dumps(mode)) == mode
     assert len(mode["missing"]) == (not mode["isolated"]) + (not mode["cpu_counted"]) + (not mode["memory_counted"])
     assert mode["name"] == ("full" if not mode["missing"] else mode["name"])

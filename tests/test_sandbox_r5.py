@@ -156,3 +156,77 @@ def test_runs_after_a_descriptor_loop_pass_fds_again(pool1):
     # refused the next run's SCM_RIGHTS (ETOOMANYREFS). Eight runs of 240 in flight each.
     fill = LOOP.replace("KIND", "'none'").replace("held = []", "held = [os.dup(0) for _ in range(240)]")
     assert [r.verdict for r in pool1.run([stdio(fill, "1")] * 8)] == ["passed"] * 8
+
+
+# --- 2. A memory limit holds for the whole run, or the mode says it does not and callers refuse it ------------
+MEMFD_192MB = ("import os\nfds = [os.memfd_create('x') for _ in range(4)]\nfor fd in fds:\n    for _ in range(48):\n"
+               "        os.write(fd, b'x' * (1 << 20))\nprint(1)\n")
+SEVEN_PROCESSES = """import os, time
+r, w = os.pipe()
+for _ in range(6):
+    if os.fork() == 0:
+        os.close(r)
+        block = b"x" * (48 << 20)
+        os.write(w, b"1")
+        time.sleep(0.5)
+        os._exit(0)
+os.close(w)
+block = b"x" * (48 << 20)
+n = 0
+while k := len(os.read(r, 6)):
+    n += k
+print(1 if n == 6 else 0)
+"""
+OVER_64MB = {"memfd_192mb": MEMFD_192MB, "seven_processes_48mb": SEVEN_PROCESSES}
+
+
+@pytest.mark.parametrize("name", sorted(OVER_64MB))
+def test_with_a_cgroup_a_64mb_limit_holds_for_the_whole_run(any_pool, name):
+    if any_pool.mode["memory_limit"] != "whole run":
+        pytest.skip("no cgroup of our own here (declared): see the ordinary-user test")
+    r = any_pool.run([stdio(OVER_64MB[name], "1", memory_limit_mb=64, time_limit_s=2.0)])[0]
+    print(f"{any_pool.mode['name']} mode: {name} under 64 MB: {r.verdict} ({r.error[:80]})")
+    assert r.verdict != "passed", (r.verdict, r.peak_bytes)
+
+
+def test_the_mode_says_whether_the_memory_limit_holds_for_the_whole_run(any_pool):
+    # Both modes as root have a cgroup; the ordinary user's below has none.
+    assert any_pool.mode["memory_limit"] == ("whole run" if any_pool.isolation["cgroup"] else "per process")
+
+
+def test_a_refusal_for_memory_names_the_limit_and_the_flag():
+    per_process = dict(r4.FULL, name="no-cgroup", memory_counted=False, memory_limit="per process", missing=["m: x"])
+    line = sb.refusal(per_process, need_memory=True)
+    assert line and "\n" not in line and "--allow-uncounted" in line and "memory limit" in line
+    assert sb.refusal(per_process, need_memory=True, allow_uncounted=True) is None
+    assert sb.refusal(per_process) is None                  # problems without a memory limit of their own
+
+
+OVER_64MB_AS_USER = """import json, sys
+import sandbox as sb
+programs = json.loads(sys.argv[1])
+with sb.SandboxPool(1) as pool:
+    jobs = [sb.Job(p, "stdio", [{"input": "", "output": "1"}], memory_limit_mb=64, time_limit_s=2.0)
+            for p in programs.values()]
+    verdicts = {n: r.verdict for n, r in zip(programs, pool.run(jobs))}
+    print(json.dumps({"mode": pool.mode, "verdicts": verdicts}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates an ordinary user's process (this one is not root)")
+def test_without_a_cgroup_the_limit_is_declared_per_process_and_refused():
+    with r4.as_unused_user() as (uid, env, preexec):
+        out = subprocess.run([sys.executable, "-c", OVER_64MB_AS_USER, json.dumps(OVER_64MB)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120, preexec_fn=preexec([]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    mode, verdicts = got["mode"], got["verdicts"]
+    print(f"uid {uid}, {mode['name']} mode, memory limit {mode['memory_limit']}: {verdicts}")
+    if not mode["isolated"]:
+        pytest.skip(f"an ordinary user gets no isolation here (declared): {mode['missing'][0]}")
+    assert mode["name"] == "no-cgroup", mode
+    # Either the limit held (no job over it passed) or the mode says it does not, and a caller that judges memory
+    # limits (need_memory) is refused by name (train.py / evaluate.py print that line and stop).
+    held = all(v != "passed" for v in verdicts.values())
+    assert held or (mode["memory_limit"] == "per process"
+                    and "--allow-uncounted" in sb.refusal(mode, need_memory=True)), (mode, verdicts)
