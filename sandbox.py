@@ -27,21 +27,24 @@ The hardening layers, each a section below saying what it defends and what happe
                         project, no protected (benchmark) files, no /proc; a startup self-check proves it
   run directory         a tmpfs of its own per run, covered by the next run's; unmounted whole, 32 at a time
                         (at once if it holds anything)
+  what a run leaves     descriptor loops: the kernel's unix garbage collector runs after every run (waited for
+                        where the worker's sockets can be listed)
   the judge's budget    of each run the parent keeps only what it judges: <= ~0.5 s CPU, 64 MB per program
 Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`),
-and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term that
-is not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
+and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term or memory
+limits that are not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
 
 What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for interactive
 problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate in a loop,
 comprehension or def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or
 HumanEval case needs more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child:
 train.py leaves those problems out of training (never a reward); evaluate.py keeps them, with this limitation.
-Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed)
-and the peak is the largest process's max RSS: the mode says so. Without ns_last_pid pids follow in sequence across
-runs. The key quota (`kernel.keys.maxkeys`) is per uid host-wide. A socket parked in a descriptor loop keeps its
-memory until the kernel's unix garbage collector runs (charged to its run's cgroup, out of every later run's
-figures).
+Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed),
+the peak is the largest process's max RSS and the memory limit holds per process (memfds, pipes and a second process
+pass it): the mode says so (`memory_limit`: "per process"), and `refusal(need_memory=True)` stops a caller that
+judges memory limits. Without ns_last_pid pids follow in sequence across runs. The key quota (`kernel.keys.maxkeys`)
+is per uid host-wide. Data queued on unix sockets is not charged to a cgroup (v1 here): up to ~200 KB a socket, as
+many sockets as RLIMIT_NOFILE lets a run hold or have in flight.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
@@ -222,24 +225,19 @@ def _tag_value(x, depth, budget):
 def encode_value(x) -> str:
     """JSON text for `x`, or raise _Refused. Runs in the child (and in the parent for arguments)."""
     # json.dumps of the tagged tree meets only exact builtin types, never a method the program could change.
-    try:
-        text = json.dumps(_tag_value(x, 0, [VALUE_LIMIT_BYTES]), allow_nan=False, separators=(",", ":"))
-    except RecursionError:
-        raise _Refused("value nested too deeply") from None
+    # A RecursionError (a program may lower the limit) is its callers' to report: the child's as a refused value.
+    text = json.dumps(_tag_value(x, 0, [VALUE_LIMIT_BYTES]), allow_nan=False, separators=(",", ":"))
     if len(text) > VALUE_LIMIT_BYTES:
         raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
     return text
 
 
 class MatchValue:
-    """The parent's stand-in for a returned re.Match: true, equal only to itself, shown like a match."""
+    """The parent's stand-in for a returned re.Match: true (as any object), equal only to itself, shown like a match."""
     __slots__ = ("span", "text")
 
     def __init__(self, start, end, text):
         self.span, self.text = (start, end), text
-
-    def __bool__(self):
-        return True
 
     def __repr__(self):
         return f"<re.Match object; span={self.span}, match={self.text!r}>"
@@ -394,10 +392,9 @@ class _Splitter(ast.NodeTransformer):
         # Inside a loop, comprehension or def a snippet may run many times with other values: not flat.
         repeating = isinstance(node, _REPEATING)
         self.repeat_depth += repeating
-        try:
-            return self.generic_visit(node)
-        finally:
-            self.repeat_depth -= repeating
+        node = self.generic_visit(node)
+        self.repeat_depth -= repeating
+        return node
 
     def replace(self, node):
         # Free names: names the test side binds that this snippet reads; their values are sent along.
@@ -541,8 +538,11 @@ def _split_job(job):
 # ---------------------------------------------------------------------------------------------------
 # Comparing outputs (parent side)
 # ---------------------------------------------------------------------------------------------------
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_INTEGER = re.compile(r"[+-]?\d+")
+# ASCII digits only (a full-width or Arabic-Indic digit is no judge's number, though float() reads it), and an exponent
+# of at most 6 digits: Decimal traps on a 20-digit one (InvalidOperation), and none is in any answer. Such a token is
+# compared as text: a wrong answer, never an exception.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,6})?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def _tokens_equal(a: str, b: str) -> bool:
@@ -703,8 +703,7 @@ def _child_main(run):
             _child_confine(run)
             # Forked without Python's at-fork hooks (_raw_fork), so `random` still holds the server's state, the
             # same in every run: reseeded from the kernel, a run cannot predict another's draws (a test's).
-            if "random" in sys.modules:
-                sys.modules["random"].seed()
+            sys.modules["random"].seed()              # preloaded (_preload)
         except BaseException as e:
             _send(3 if run.get("on_fd3") else run["results"], {"stage": "sandbox", **_describe_exception(e)})
             raise
@@ -982,8 +981,6 @@ def _v2_delegate(base_fd):
     missing = {"memory", "pids", "cpu"} - set(_read_at(base_fd, "cgroup.controllers").split())
     if missing:
         raise OSError(f"cgroup v2 controllers {sorted(missing)} are not delegated to our cgroup")
-    if {"memory", "pids", "cpu"} <= set(_read_at(base_fd, "cgroup.subtree_control").split()):
-        return
     os.makedirs(f"/proc/self/fd/{base_fd}/corecode-leaf", 0o755, exist_ok=True)
     for pid in _read_at(base_fd, "cgroup.procs").split():
         try:
@@ -1418,7 +1415,7 @@ def _spawn_and_wait(job_fd, index, limits):
             break
         cpu_s += usage.ru_utime + usage.ru_stime
         peak_kb = max(peak_kb, usage.ru_maxrss - rss_kb)
-    if st.features["net"] == "renewed" and _sockets_left():
+    if _release_leftovers(st):
         _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
     if st.cgroup is not None:
         # Every process the run had, however it ended; the sum of every page charged to them, at its highest.
@@ -1429,6 +1426,30 @@ def _spawn_and_wait(job_fd, index, limits):
     return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": max(0, peak_kb), "wall_s": wall}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Layer: what a run leaves behind. Defends the worker and the host. A descriptor loop (sockets sent over SCM_RIGHTS
+# into themselves, then closed) outlives every process of its run with all it holds (memfds, pipes, queued data), and
+# counts against its uid's descriptors in flight: only the kernel's unix garbage collector frees it, and it runs when
+# some unix socket is closed, somewhere, which nothing forced (a 3-test job of 192 MB in such loops left 582 MB
+# charged to its worker). So after every run the server closes a unix socket of its own: the collector runs (in a
+# kernel worker on Linux >= 6.10: the memory returns within milliseconds), and where the worker's network namespace
+# can be read the server waits until no socket of the run is left, renewing the namespace if one outlasts the wait.
+# ---------------------------------------------------------------------------------------------------
+RELEASE_WAIT_S = 1.0            # the longest wait for the collector (~20 ms for 200 MB of memfds here)
+
+
+def _release_leftovers(st):
+    """After a run (every process reaped): run the unix garbage collector; True if a socket of the run is still left
+    in the worker's network namespace after RELEASE_WAIT_S. The collector returns at once where no loop exists."""
+    fd = _libc.socket(1, 1 | os.O_CLOEXEC, 0)         # AF_UNIX, SOCK_STREAM (SOCK_CLOEXEC = O_CLOEXEC)
+    if fd >= 0:
+        os.close(fd)                                  # closing a unix socket runs the collector
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while (left := st.features["net"] == "renewed" and _sockets_left()) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return left
 
 
 def _send_run(fd, obs):
@@ -1819,10 +1840,7 @@ _SHORT_REPR.repr_int = lambda x, level: f"<int with {x.bit_length()} bits>" if x
 
 def _short(x, n=300):
     """repr(x) in at most n (+3) characters."""
-    try:
-        text = _SHORT_REPR.repr(x)
-    except Exception as e:     # decoded values are builtin, so this is only for safety
-        text = f"<repr failed: {type(e).__name__}: {e}>"
+    text = _SHORT_REPR.repr(x)       # of builtin values only (decoded): a failure would be the judge's, per test
     return text if len(text) <= n else text[:n] + "..."
 
 
@@ -1957,7 +1975,11 @@ def _execute_on(worker, job):
         hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
         part = job.cases[lo:hi]
         part_runs = worker.run(job._replace(cases=part), keep=keep)
-        tests += [judge(job, c, r, budget) for c, r in zip(part, part_runs)]
+        for case, run in zip(part, part_runs):
+            try:
+                tests.append(judge(job, case, run, budget))
+            except Exception as e:      # output no rule foresaw, a test's bad data, a bug of ours: not the batch
+                tests.append(TestResult("error", error=f"judging failed: {type(e).__name__}: {e}"[:EXCERPT_CHARS]))
         runs, lo = runs + part_runs, hi
     skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
     return _finish(job, tests + [skipped] * (n - len(tests)), runs)
@@ -1973,10 +1995,8 @@ def _judge_functional(job, case, run, budget):
         return TestResult(e.verdict, error=e.message)
     if late := _over_time(job, run):
         return TestResult(late[0], error=late[1])
-    try:
-        expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
-    except ValueError as e:
-        return TestResult("error", got=_short(value), error=f"expected output is not JSON: {e}")
+    # An expected output that is not JSON is an "error" of the test's (_execute_on).
+    expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
     # Python's == on genuine values (1 == 1.0 == True), tuples read as lists. our choice: no float
     # tolerance for call-based answers (LiveCodeBench compares them exactly too).
     # value == expected implies equal _jsonish forms (== already matches list with list, tuple with tuple), so the
@@ -2116,7 +2136,10 @@ def _mode(features):
          f"limit per process); {_HOW_COUNTED}", memory)) if not held]
     name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
         (isolated, cpu and memory), "none")
-    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory, "missing": missing}
+    # memory_limit: the run's cgroup's wherever there is one (v2 before 5.19 too, where the peak is not counted); else
+    # RLIMIT_AS per process, which memfds, pipes and a second process escape: judging against it needs an opt-in.
+    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory,
+            "memory_limit": "whole run" if features.get("cgroup") else "per process", "missing": missing}
 
 
 def mode_line(mode) -> str:
@@ -2132,15 +2155,18 @@ def mode_line(mode) -> str:
 
 def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
     """None when the run may go ahead, else ONE line: what is missing, how to get it, the flag that overrides it.
-    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory."""
+    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory; need_memory also where the problems'
+    memory limits are part of the verdict (CodeContests, Codeforces): counted memory means a cgroup, where the limit
+    holds for the whole run (mode["memory_limit"]); without one it holds per process only."""
     if not mode["isolated"] and not allow_unisolated:
         return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
                 "pass --allow-unisolated to run it with your user's rights anyway")
     uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
                                             ("memory", need_memory, mode["memory_counted"])) if need and not counted]
     if uncounted and not allow_uncounted:
-        return (f"sandbox: refusing a {' and '.join(uncounted)} reward term the sandbox cannot count in full "
-                f"({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use it anyway")
+        return (f"sandbox: refusing {' and '.join(uncounted)} figures the sandbox cannot count in full, for a reward "
+                "term or a memory limit (without a cgroup a limit holds per process only: memfds, pipes or a second "
+                f"process pass it) ({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use them anyway")
     return None
 
 

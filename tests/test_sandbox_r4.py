@@ -10,6 +10,7 @@ adversarial suite as an ordinary user (a subprocess under an unused uid, with a 
 Modes are reached in child processes (isolation="none", another uid), never by changing the host's mounts.
 What it is not: the earlier rounds (tests/test_sandbox_adversarial.py) or the judge's own logic (test_sandbox.py).
 """
+import contextlib
 import ctypes
 import json
 import os
@@ -287,7 +288,7 @@ FULL = {"name": "full", "isolated": True, "cpu_counted": True, "memory_counted":
 
 def test_the_mode_is_declared_json_and_matches_the_features(any_pool):
     mode = any_pool.mode
-    assert set(mode) == {"name", "isolated", "cpu_counted", "memory_counted", "missing"}
+    assert set(mode) == {"name", "isolated", "cpu_counted", "memory_counted", "memory_limit", "missing"}
     assert json.loads(json.dumps(mode)) == mode
     assert len(mode["missing"]) == (not mode["isolated"]) + (not mode["cpu_counted"]) + (not mode["memory_counted"])
     assert mode["name"] == ("full" if not mode["missing"] else mode["name"])
@@ -450,30 +451,55 @@ def test_real_v2_cpu_stat_counts_a_helper_the_kernel_reaps():
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def _owner(pid):
+    """The uid owning /proc/PID, or None for a process that exited while /proc was being listed."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return None
+
+
 def _unused_uid():
     import pwd
     for uid in range(43000, 43100):
         try:
             pwd.getpwuid(uid)
         except KeyError:
-            if not any(os.stat(f"/proc/{p}").st_uid == uid for p in os.listdir("/proc") if p.isdigit()):
+            if not any(_owner(p) == uid for p in os.listdir("/proc") if p.isdigit()):
                 return uid
     pytest.skip("no unused uid found")
 
 
+def _cover_unsearchable(paths):
+    """In this process's own mount namespace: every directory above `paths` that other users cannot search (/root,
+    where this machine's Python lives; CI's 0700 mktemp directory holding the clone and its venv) is covered by a tmpfs
+    of mode 755 holding only the entries on the way to them, each bound from the original. The host is untouched."""
+    covers = {}
+    for path in paths:
+        parts = os.path.realpath(path).strip("/").split("/")
+        for i in range(len(parts)):
+            above, entry = "/" + "/".join(parts[:i]), "/" + "/".join(parts[:i + 1])
+            if not os.stat(above).st_mode & 0o001:
+                covers.setdefault(above, set()).add(entry)
+    kept = {entry: os.open(entry, os.O_PATH) for entries in covers.values() for entry in entries}   # before covering
+    for above in sorted(covers, key=len):
+        if _libc.mount(b"tmpfs", above.encode(), b"tmpfs", ctypes.c_ulong(0), b"mode=755,size=1m") != 0:
+            raise OSError(ctypes.get_errno(), f"cover {above}")
+        for entry in sorted(covers[above]):
+            source = f"/proc/self/fd/{kept[entry]}"
+            os.mkdir(entry) if os.path.isdir(source) else open(entry, "w").close()
+            if _libc.mount(source.encode(), entry.encode(), None, ctypes.c_ulong(4096 | 16384), None) != 0:
+                raise OSError(ctypes.get_errno(), f"bind {entry}")
+
+
 def _as_user(uid, cgroups):
-    """preexec for a child: a private mount namespace where /root is traversable (this machine's Python lives
-    under it; the host's mounts are untouched), into the delegated cgroups, then the uid."""
+    """preexec for a child: a private mount namespace where the checkout and the interpreter are reachable
+    (_cover_unsearchable), into the delegated cgroups, then the uid."""
     def run():
         if _libc.unshare(0x00020000) != 0:
             raise OSError(ctypes.get_errno(), "unshare mount namespace")
         _libc.mount(None, b"/", None, ctypes.c_ulong(16384 | (1 << 18)), None)         # rprivate
-        if os.path.isdir("/root/.pyenv"):
-            keep = os.open("/root/.pyenv", os.O_RDONLY | os.O_DIRECTORY)        # reachable once /root is covered
-            _libc.mount(b"tmpfs", b"/root", b"tmpfs", ctypes.c_ulong(0), b"mode=755,size=1m")
-            os.mkdir("/root/.pyenv")
-            _libc.mount(f"/proc/self/fd/{keep}".encode(), b"/root/.pyenv", None, ctypes.c_ulong(4096 | 16384), None)
-            os.close(keep)
+        _cover_unsearchable([ROOT, sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)])
         for d in cgroups:
             with open(os.path.join(d, "cgroup.procs"), "w") as f:
                 f.write("0")
@@ -483,11 +509,33 @@ def _as_user(uid, cgroups):
     return run
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="creates an ordinary user's process (CI runs as root)")
-def test_adversarial_suite_passes_as_an_ordinary_user():
-    if not _others_can_reach(os.path.join(ROOT, "sandbox.py")):
-        pytest.skip(f"{ROOT} lies under a directory other users cannot enter: an ordinary user cannot run it here")
+@contextlib.contextmanager
+def as_unused_user():
+    """(uid, env, preexec(cgroups)) for commands run as an unused uid from ROOT, with a home of its own (removed
+    after). Skips where the checkout's own files are not readable by other users (a umask of 077)."""
+    unreadable = [p for p in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "sandbox.py"))
+                  if not os.stat(p).st_mode & 0o004]
+    if unreadable:
+        pytest.skip(f"other users cannot read {unreadable[0]} (made under a umask of 077): no ordinary user can run it")
     uid = _unused_uid()
+    import tempfile
+    home = tempfile.mkdtemp(prefix="corecode-r4-user-")      # pytest's own tmp_path is root's only (0700)
+    os.chown(home, uid, uid)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        yield uid, env, lambda cgroups: _as_user(uid, cgroups)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates an ordinary user's process (this one is not root)")
+def test_adversarial_suite_passes_as_an_ordinary_user():
+    with as_unused_user() as (uid, env, as_user):
+        _adversarial_suite_as(uid, env, as_user)
+
+
+def _adversarial_suite_as(uid, env, as_user):
     version, dirs = sb._cgroup_dirs(open("/proc/self/cgroup").read(), open("/proc/self/mountinfo").read())
     delegated = []
     if version == "v1":          # what an administrator (or systemd's Delegate=) gives the user: a subtree of its own
@@ -497,17 +545,12 @@ def test_adversarial_suite_passes_as_an_ordinary_user():
             for f in [""] + ["cgroup.procs", "tasks"]:
                 os.chown(os.path.join(sub, f), uid, uid)
             delegated.append(sub)
-    import tempfile
-    home = tempfile.mkdtemp(prefix="corecode-r4-user-")      # pytest's own tmp_path is root's only (0700)
-    os.chown(home, uid, uid)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "--basetemp", os.path.join(home, "t"),
-           "tests/test_sandbox_adversarial.py", "-rs"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "--basetemp",
+           os.path.join(env["HOME"], "t"), "tests/test_sandbox_adversarial.py", "-rs"]
     probe = [sys.executable, "sandbox.py", "--probe"]
     try:
         mode = subprocess.run(probe, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                              preexec_fn=_as_user(uid, delegated))
+                              preexec_fn=as_user(delegated))
         assert mode.returncode == 0, mode.stderr[-2000:]
         print("mode as uid", uid, mode.stdout)
         declared = json.loads(mode.stdout.rsplit("\n", 2)[0])
@@ -516,14 +559,13 @@ def test_adversarial_suite_passes_as_an_ordinary_user():
         assert declared["name"] == ("full" if delegated else "no-cgroup"), declared
         # Without the delegated subtree: isolated, not counted, and a memory reward term is refused by name.
         bare = subprocess.run(probe, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                              preexec_fn=_as_user(uid, []))
+                              preexec_fn=as_user([]))
         bare_mode = json.loads(bare.stdout.rsplit("\n", 2)[0])
         assert bare_mode["name"] == "no-cgroup" and not bare_mode["memory_counted"], bare.stdout
         assert "--allow-uncounted" in sb.refusal(bare_mode, need_memory=True)
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-                             preexec_fn=_as_user(uid, delegated))
+                             preexec_fn=as_user(delegated))
     finally:
-        shutil.rmtree(home, ignore_errors=True)
         for sub in delegated:
             for name in sorted(os.listdir(sub), reverse=True):
                 if name.startswith("corecode-sandbox-") and os.path.isdir(os.path.join(sub, name)):
