@@ -477,7 +477,7 @@ def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_pat
         grpo.save_adapter(model, role, str(tmp_path / role))
     used = []
     real = evaluate.evaluate_row
-    monkeypatch.setattr(evaluate, "evaluate_row", lambda team, *a: used.append(set(team.adapters)) or real(team, *a))
+    monkeypatch.setattr(evaluate, "evaluate_row", lambda team, *a, **k: used.append(set(team.adapters)) or real(team, *a, **k))
     argv = FAST + ["--method", "planner-coder", "--ablate", "--model", tiny_model_dir, "--data", mbpp_path,
                    "--adapter", f"planner={tmp_path / 'planner'}", "--adapter", f"coder={tmp_path / 'coder'}",
                    "--out", str(tmp_path / "out")]

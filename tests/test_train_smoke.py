@@ -356,18 +356,19 @@ def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tiny_model_dir, t
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and "last checkpoint:" in err and "--resume" in err
+    assert "Traceback" not in err and "every completed step is kept, the last in" in err and "--resume" in err
     assert len([line for line in err.splitlines() if "interrupted" in line]) == 1
 
 
 def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tiny_model_dir, toy_mbpp, tmp_path):
-    # --resume would fail there (no checkpoint): the message gives the command that works, and it does.
+    # --resume would fail there (no checkpoint): the message gives the command that works, and it does. Every
+    # completed step is checkpointed, so the stop comes before the first step: once args.json is written.
     out = tmp_path / "run"
-    argv = toy_argv(tiny_model_dir, out, 200, toy_mbpp) + ["--save-every", "1000"]
+    argv = toy_argv(tiny_model_dir, out, 200, toy_mbpp)
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.time() + 120
-    while not os.path.exists(out / "metrics.jsonl") and time.time() < deadline:
+    while not os.path.exists(out / "args.json") and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
