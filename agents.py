@@ -558,8 +558,23 @@ PLANNER_PLAIN_PROMPT = (
     "No code. Stop after Loops."
 )
 
-# train.py's --planner-prompt: which of the two the Planner is trained (and evaluated during training) with.
-PLANNER_TEMPLATES = {"skeleton": PLANNER_PROMPT, "plain": PLANNER_PLAIN_PROMPT}
+# The Planner that starts from the restatement control (evaluate.py --method planner-coder-restate): its answer is
+# pre-filled with the problem's restatement (restatement_plan, the one plan text measured to help the untrained 0.5B
+# Coder) and the number of the next step (plan_prefix), so the Planner's own words are the steps, conditions and loops
+# it adds, and a plan can only start from the control it must beat. our choice: a pre-fill, not a request to restate,
+# so every plan holds the restatement exactly; the format gate still asks the whole plan for content the problem does
+# not hold (plan_check "restatement"), which only the Planner's own part can give.
+PLANNER_RESTATE_PROMPT = (
+    "{problem}\n\n"
+    "Write the Algorithmic Thought for this problem: the four labelled parts Input/Output, Steps (numbered), "
+    "Conditions and Loops. The problem is restated for you as the first step; add the numbered steps that solve it, "
+    "then the Conditions and Loops parts, each about this problem.\n\n"
+    "No code. Stop after Loops."
+)
+
+# train.py's --planner-prompt: which of them the Planner is trained (and evaluated during training) with; each but
+# the skeleton is evaluate.py's method planner-coder-<name>.
+PLANNER_TEMPLATES = {"skeleton": PLANNER_PROMPT, "plain": PLANNER_PLAIN_PROMPT, "restate": PLANNER_RESTATE_PROMPT}
 
 # The Planner's answer starts with this text (it is part of the prompt, not of the completion).
 PLAN_PREFIX = "Input/Output:"
@@ -596,35 +611,29 @@ CODE_FORMAT = {
 # "The direct prompt"). The single-agent baseline, its GRPO stage and every CG start from it.
 DIRECT_PROMPT = "{problem}\n\n{restated}\n\n{format}"
 
-# The direct prompt's variants, one evaluation method each (METHODS), kept to measure where the restatement's gain
-# comes from: "once" is the problem alone (the direct prompt before); "reread" the Re2 prompt (Xu et al. 2023,
-# "Re-Reading Improves Reasoning in Large Language Models"): the statement once more, introduced as such.
+# The other prompts of the Coder alone, one evaluation method each (METHODS). The direct prompt's variants, kept to
+# measure where the restatement's gain comes from: "once" is the problem alone (the direct prompt before); "reread"
+# the Re2 prompt (Xu et al. 2023, "Re-Reading Improves Reasoning in Large Language Models"): the statement once more,
+# introduced as such. And the baselines that reason before they code, in one answer: "cot" (chain of thought), "scot"
+# (SCoT, the untrained form of an Algorithmic Thought: I/O + sequence / branch / loop, then the code).
 DIRECT_TEMPLATES = {
     "once": "{problem}\n\n{format}",
     "reread": "{problem}\n\nRead the problem again: {statement}\n\n{format}",
+    "cot": "{problem}\n\nLet's think step by step. First explain briefly how to solve the problem, then give the code. "
+           "{format}",
+    "scot": "{problem}\n\n"
+            "First write a short structured solving process in plain English:\n"
+            "Input/Output: the inputs and the output.\n"
+            "Sequence: the ordered steps.\n"
+            "Branch: the conditions and edge cases.\n"
+            "Loop: what is iterated over.\n"
+            "Then write the code that implements it. {format}",
 }
 
 CODER_PROMPT = (
     "{problem}\n\n"
     "Here is a plan for solving it:\n{plan}\n\n"
     "Follow the plan. {format}"
-)
-
-COT_PROMPT = (
-    "{problem}\n\n"
-    "Let's think step by step. First explain briefly how to solve the problem, then give the code. {format}"
-)
-
-# SCoT: the untrained form of an Algorithmic Thought (I/O + sequence / branch / loop), then the code,
-# in one answer by one model.
-SCOT_PROMPT = (
-    "{problem}\n\n"
-    "First write a short structured solving process in plain English:\n"
-    "Input/Output: the inputs and the output.\n"
-    "Sequence: the ordered steps.\n"
-    "Branch: the conditions and edge cases.\n"
-    "Loop: what is iterated over.\n"
-    "Then write the code that implements it. {format}"
 )
 
 # Reflexion-style repair: reflection and rewrite in one answer. our choice: one call, where Reflexion
@@ -701,10 +710,16 @@ def _coder_answer(template, tokenizer, problem, **fields):
     return chat_prompt(tokenizer, CODER_SYSTEM, user)
 
 
+def plan_prefix(problem, template=PLANNER_PROMPT):
+    """The text the Planner's answer is pre-filled with: PLAN_PREFIX, or for PLANNER_RESTATE_PROMPT the problem's
+    restatement (whose Steps part is its statement as step 1) and " 2."."""
+    return restatement_plan(problem) + " 2." if template is PLANNER_RESTATE_PROMPT else PLAN_PREFIX
+
+
 def planner_prompt(tokenizer, problem, template=PLANNER_PROMPT):
-    """Planner: problem -> Algorithmic Thought. The answer is pre-filled with PLAN_PREFIX."""
+    """Planner: problem -> Algorithmic Thought. The answer is pre-filled with plan_prefix."""
     user = template.format(problem=problem_text(problem), format=PLANNER_FORMAT)
-    return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + PLAN_PREFIX
+    return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + plan_prefix(problem, template)
 
 
 def coder_prompt(tokenizer, problem, plan):
@@ -733,16 +748,6 @@ def direct_prompt(tokenizer, problem, template=DIRECT_PROMPT):
     DIRECT_TEMPLATES (it may name the problem's restatement and its statement on one line)."""
     return _coder_answer(template, tokenizer, problem, restated=restatement_plan(problem),
                          statement=" ".join(problem.statement.split()))
-
-
-def cot_prompt(tokenizer, problem):
-    """Chain of thought: free-form reasoning, then code, in one answer."""
-    return _coder_answer(COT_PROMPT, tokenizer, problem)
-
-
-def scot_prompt(tokenizer, problem):
-    """Structured chain of thought: I/O + sequence / branch / loop, then code, in one answer."""
-    return _coder_answer(SCOT_PROMPT, tokenizer, problem)
 
 
 def repair_prompt(tokenizer, problem, code, feedback):
@@ -1477,9 +1482,8 @@ def run_chain(team, chain, problems, ctxs=None, generator=None, show=lambda text
         show(what)
         with acting(team, role) as m:
             s = sample(m, team.tokenizer, prompts, group_size=k, max_new_tokens=cap, temperature=temperature,
-                       stop=stop,
-                       generator=gens if gens is not None else generator,
-                       progress=lambda t, n: show(f"{what} ({t}/{n})"))
+                       stop=stop, generator=gens if gens is not None else generator,
+                       progress=lambda t, n: show(f"{what} ({t}/{n} tokens)"))
         samples[role] = s
         probs = [p for p in probs for _ in range(k)]  # row i*k+j: sample j of context i (Samples' order)
         ctxs = [dict(c) for c in ctxs for _ in range(k)]
@@ -1685,10 +1689,11 @@ METHODS = {
     "example-plan": dict(chain=("coder",), plan=lambda p: restatement_plan(p, statement=False)),
     "direct-once": dict(chain=("coder",), template="once"),
     "direct-reread": dict(chain=("coder",), template="reread"),
-    "cot": dict(chain=("cot",)),
-    "scot": dict(chain=("scot",)),
+    "cot": dict(chain=("reasoner",), template="cot"),
+    "scot": dict(chain=("reasoner",), template="scot"),
     "planner-coder": dict(chain=("planner", "coder")),
     "planner-coder-plain": dict(chain=("planner", "coder"), template="plain"),
+    "planner-coder-restate": dict(chain=("planner", "coder"), template="restate"),
     **{name: dict(chain=("coder",), plan=fn) for name, fn in PLAN_CONTROLS.items()},
     "other-plan": dict(chain=("coder",), plan="other"),
     "given-plan": dict(chain=("coder",), plan="given"),
@@ -1715,11 +1720,13 @@ def _plan_contexts(team, method, problems, n, temperature, generator, donors, pl
             [{"plan": plan, "plan_cut": cut} for ps in plans for plan, cut in ps], 1)
 
 
-def run_method(team, method, problems, n=1, temperature=0.0, seed=0, donors=None, plans=None):
+def run_method(team, method, problems, n=1, temperature=0.0, seed=0, donors=None, plans=None,
+               show=lambda text: None):
     """Run one evaluation method on problems: n Attempts per problem, in problem order. temperature 0 = greedy.
     seed: one torch.Generator shared by all roles, so a run is reproducible. donors: other-plan's plan source per
-    problem (default: the next problem). plans: given-plan's n (plan, cut) pairs per problem. The caller chunks
-    the problems (evaluate.py's --batch-size) to bound memory."""
+    problem (default: the next problem). plans: given-plan's n (plan, cut) pairs per problem. show(text): where a
+    chain's sampling is (run_chain; the loop methods say nothing). The caller chunks the problems (evaluate.py's
+    --batch-size) to bound memory."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     spec = METHODS[method]
@@ -1733,9 +1740,14 @@ def run_method(team, method, problems, n=1, temperature=0.0, seed=0, donors=None
         leaves = spec["loop"](team, probs, ctxs, n, temperature, generator)
     else:
         chain = [(role, k if j == 0 else 1, temperature) for j, role in enumerate(spec["chain"])]
-        _, leaves, _ = run_chain(team, chain, probs, ctxs, generator)
+        _, leaves, _ = run_chain(team, chain, probs, ctxs, generator, show)
     attempts = [_attempt(c) for c in leaves]
     return [attempts[i * n:(i + 1) * n] for i in range(len(problems))]
+
+
+def _planner_template(ctx):
+    """The Planner prompt that ctx["template"] names (PLANNER_TEMPLATES; the skeleton prompt when it names none)."""
+    return PLANNER_TEMPLATES[ctx.get("template") or "skeleton"]
 
 
 # The roles, one entry each: how to prompt it given the problem and what the roles before it wrote (`ctx`), how to
@@ -1754,10 +1766,10 @@ ROLES = {
         # them, or only ctx["exemplar"] when set) and rates its confidence; otherwise the Planner prompt that
         # ctx["template"] names (PLANNER_TEMPLATES; the skeleton prompt when absent).
         prompt=lambda tok, p, ctx: (retrieval_planner_prompt(tok, p, ctx["retrieval"], ctx.get("exemplar"))
-                                    if "retrieval" in ctx else
-                                    planner_prompt(tok, p, PLANNER_TEMPLATES[ctx.get("template") or "skeleton"])),
-        # Without a confidence line the plan is exactly clean_plan(text) and the confidence None.
-        parse=lambda text, p, ctx={}: dict(zip(("plan", "confidence"), plan_with_confidence(text))),
+                                    if "retrieval" in ctx else planner_prompt(tok, p, _planner_template(ctx))),
+        # Without a confidence line the plan is exactly clean_plan(text, the prompt's pre-fill), confidence None.
+        parse=lambda text, p, ctx={}: dict(zip(("plan", "confidence"), plan_with_confidence(
+            text, PLAN_PREFIX if "retrieval" in ctx else plan_prefix(p, _planner_template(ctx))))),
         stop=list(PLANNER_STOP), cap="plan"),
     "coder": dict(
         # With a plan (from a Planner, or a control's text) the Coder codes from it; without one it codes directly,
@@ -1766,12 +1778,11 @@ ROLES = {
         direct_prompt(tok, p, DIRECT_TEMPLATES.get(ctx.get("template"), DIRECT_PROMPT)),
         parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point)},
         stop=None, cap="code"),
-    "cot": dict(prompt=lambda tok, p, ctx: cot_prompt(tok, p), adapter="coder", stop=None, cap="both",
-                parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point),
-                                       "plan": reasoning_before_code(text)}),
-    "scot": dict(prompt=lambda tok, p, ctx: scot_prompt(tok, p), adapter="coder", stop=None, cap="both",
-                 parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point),
-                                        "plan": reasoning_before_code(text)}),
+    "reasoner": dict(  # CoT and SCoT: the Coder reasons, then codes, in one answer (DIRECT_TEMPLATES[ctx["template"]])
+        prompt=lambda tok, p, ctx: direct_prompt(tok, p, DIRECT_TEMPLATES[ctx["template"]]), adapter="coder",
+        parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point),
+                                       "plan": reasoning_before_code(text)},
+        stop=None, cap="both"),
     "repair": dict(  # Reflexion: the Coder repairs its program from ctx["feedback"] of a failing PUBLIC test
         prompt=lambda tok, p, ctx: repair_prompt(tok, p, ctx["program"], ctx["feedback"]), adapter="coder",
         parse=lambda text, p, ctx={}: {"program": extract_code(text, p.kind, p.entry_point)},

@@ -53,22 +53,25 @@ ADAPTER_ROLES = ("planner", "coder", "retriever", "debugger")
 # problems, so the summary carries CoRe-Code's Collaboration Gain and its plan information.
 DEFAULT_METHODS = ("direct", "planner-coder", *agents.PLAN_CONTROLS)
 
+# The Planner -> Coder methods, one per Planner prompt (agents.PLANNER_TEMPLATES): planner-coder with the skeleton,
+# planner-coder-<name> with each other prompt.
+PLANNER_CODER = tuple("planner-coder" + ("" if t == "skeleton" else f"-{t}") for t in agents.PLANNER_TEMPLATES)
+
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same problems.
-CG_BASELINE = {"planner-coder": "direct", "planner-coder-plain": "direct", "given-plan": "direct", "mapcoder": "direct"}
+CG_BASELINE = {**dict.fromkeys(PLANNER_CODER, "direct"), "given-plan": "direct", "mapcoder": "direct"}
 
 # Plan information: pass@1 with the Planner's own plans minus pass@1 with the strongest plan control present (the
 # Coder given a text that is not a plan for the problem: agents.PLAN_CONTROLS, or another problem's plan), on the same
 # problems. A Planner can raise planner-coder toward direct coding by saying less or by restating the problem; only
 # plan information > 0 against every control shows plans that inform the Coder.
-OWN_PLANS = ("planner-coder", "planner-coder-plain", "given-plan")
+OWN_PLANS = (*PLANNER_CODER, "given-plan")
 CONTROLS = (*agents.PLAN_CONTROLS, "other-plan")
 
 # --ablate: the roles whose trained adapters a method's ablation switches on and off. Each combination is its own
 # row, named method[roles on] ("[base]" = none of them), e.g. planner-coder[planner] = "w/o Coder RL". Roles not
 # listed keep whatever adapter was given. Ablation rows get no CG: direct coding runs with the given Coder adapter,
 # which is the right baseline only for some of the combinations.
-ABLATE_ROLES = {"planner-coder": ("planner", "coder"), "planner-coder-plain": ("planner", "coder"),
-                "mapcoder": ("retriever", "debugger")}
+ABLATE_ROLES = {**dict.fromkeys(PLANNER_CODER, ("planner", "coder")), "mapcoder": ("retriever", "debugger")}
 
 # Settings that change what a results file measures. A resumed run must match them exactly; the rest
 # (--limit, --method, --batch-size, --workers, --device, --out) may change between runs.
@@ -79,7 +82,7 @@ RESULT_SETTINGS = ("bench", "split", "data", "model", "dtype", "n", "temperature
                    "adapters", "bench_option", "stop_on_failure", "planner_model")
 
 # The methods in which the Planner writes (the ones --planner-model changes).
-PLANNER_METHODS = ("planner-coder", "planner-coder-plain", "other-plan", "mapcoder")
+PLANNER_METHODS = (*PLANNER_CODER, "other-plan", "mapcoder")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -172,6 +175,12 @@ SHARED_FLAGS = {
     "--allow-unisolated": dict(action="store_true",
                                help="run generated code although the sandbox cannot isolate runs from your files "
                                     "(refused by default; `python sandbox.py --probe` says what is missing)"),
+    "--allow-uncounted": dict(action="store_true",
+                              help="use CPU or memory figures the sandbox cannot count in full (no cgroup: it counts "
+                                   "per process, and memfds, pipes or a second process escape it): a time or memory "
+                                   "reward term (train.py), or the memory limits of CodeContests / Codeforces "
+                                   "problems, which then hold per process only (refused by default; `python "
+                                   "sandbox.py --probe` says what is missing)"),
     "--out": dict(default=None, metavar="DIR", help="output directory"),
 }
 
@@ -327,18 +336,24 @@ def load_team(args, pool=None):
     return team
 
 
-def open_pool(args, need_cpu=False, need_memory=False, allow_uncounted=False):
+# The benchmarks whose problems carry a memory limit that is part of the verdict (elsewhere the limit only guards the
+# machine): the sandbox must hold it for the whole run (sandbox.refusal), or --allow-uncounted says to judge anyway.
+MEMORY_LIMITED = ("codecontests", "codeforces")
+
+
+def open_pool(args, need_cpu=False, need_memory=False):
     """The sandbox pool, with its mode checked: runs that could read the user's files are refused unless
-    --allow-unisolated, a time or memory reward term it cannot count in full unless --allow-uncounted (one line
-    saying what is missing and how to get it). The benchmark's file is hidden from every run (the project and the
+    --allow-unisolated, a time or memory reward term it cannot count in full, or a benchmark's memory limits it cannot
+    hold for the whole run (MEMORY_LIMITED), unless --allow-uncounted (one line saying what is missing and how to
+    get it). The benchmark's file is hidden from every run (the project and the
     installed packages always are): a program that reads it could run the reference solution."""
     try:
         protect = [data.resolve_path(args.bench, args.data)]
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     pool = sandbox.SandboxPool(args.workers, protect=protect)
-    why = sandbox.refusal(pool.mode, need_cpu=need_cpu, need_memory=need_memory,
-                          allow_unisolated=args.allow_unisolated, allow_uncounted=allow_uncounted)
+    why = sandbox.refusal(pool.mode, need_cpu=need_cpu, need_memory=need_memory or args.bench in MEMORY_LIMITED,
+                          allow_unisolated=args.allow_unisolated, allow_uncounted=args.allow_uncounted)
     if why:
         pool.close()
         raise UsageError(why)
@@ -593,7 +608,7 @@ def attempt_and_judge(team, method, problems, *, n=1, temperature=0.0, seed=0, r
     show(f"generating {len(problems)} problems x n={n}")
     t0 = time.perf_counter()
     attempts = agents.run_method(team, method, problems, n=n, temperature=temperature, seed=seed, donors=donors,
-                                 plans=plans) if problems else []
+                                 plans=plans, show=show) if problems else []
     t1 = time.perf_counter()
     show(f"executing {sum(map(len, attempts))} programs")
     jobs = [agents.problem_job(p, a.program, p.hidden_tests, repeat=repeat, stop_on_failure=stop_on_failure)
@@ -641,9 +656,10 @@ def evaluate_row(team, name, method, todo, problems, args, path, given=None, lat
         bar.update(len(whole))
         if rank == 0 and bar.disable:
             done, pace = len(problems) - len(todo) + start + len(whole), (time.time() - t_row) / (start + len(whole))
-            print(f"{name}: {done}/{len(problems)} problems, {sum(json.loads(line)['passed'] > 0 for line in lines)}"
-                  f"/{len(lines)} of this chunk passed, {gen_s + exec_s:.0f} s | ~{duration(pace * (len(problems) - done))}"
-                  f" left in this row, ~{duration(pace * (len(problems) - done + later))} in the run")
+            passed = sum(json.loads(line)["passed"] > 0 for line in lines)
+            print(f"{name}: {done}/{len(problems)} problems, {passed}/{len(lines)} of this chunk passed, "
+                  f"{gen_s + exec_s:.0f} s | ~{duration(pace * (len(problems) - done))} left in this row, "
+                  f"~{duration(pace * (len(problems) - done + later))} in the run at this row's pace")
     bar.close()
 
 
@@ -657,13 +673,17 @@ def parse_args(argv=None):
     p.add_argument("--method", nargs="+", default=list(DEFAULT_METHODS), choices=list(agents.METHODS) + ["all"],
                    metavar="METHOD",
                    help=f"methods to run on the same problems, from {', '.join(agents.METHODS)}, or 'all' (default: "
-                        f"{' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). The plan "
+                        f"{' '.join(DEFAULT_METHODS)}: CoRe-Code with its CG and plan information). direct: the "
+                        "Coder alone given the problem, then its restatement (the strongest single-agent prompt "
+                        "measured); direct-once the problem alone, direct-reread the Re2 prompt; statement-plan and "
+                        "example-plan the restatement's two parts alone, as the plan. The plan "
                         "controls give the Coder a text instead of a plan: content-free-plan one fixed plan that "
                         "says nothing, generic-plan one fixed plan of jargon that passes the format gate, "
                         "restatement the problem's statement and first example, other-plan the plan of the next "
                         "problem in the list. planner-coder-plain: the Planner asked for the four parts by name, "
-                        "without the skeleton (a format control); given-plan: the Coder given the plans of another "
-                        "run (--plans-from; 'all' includes it only then)")
+                        "without the skeleton (a format control); planner-coder-restate: its answer starts with the "
+                        "restatement, it adds the steps (the Planner that starts from the control); given-plan: "
+                        "the Coder given the plans of another run (--plans-from; 'all' includes it only then)")
     p.add_argument("--plans-from", default=None, metavar="FILE",
                    help="given-plan: a <row>.jsonl of an earlier run whose samples carry plans (e.g. "
                         "planner-coder-plain of a larger model, the same split, n and problems)")
@@ -821,7 +841,8 @@ def evaluate(args) -> str:
             os.makedirs(out_dir, exist_ok=True)
             if not os.path.exists(os.path.join(out_dir, "settings.json")):
                 with open(os.path.join(out_dir, "settings.json"), "w") as f:
-                    json.dump(settings_of(args, RESULT_SETTINGS), f, indent=2)
+                    # the sandbox's mode too (whether a memory limit holds for the whole run); not compared on resume
+                    json.dump({**settings_of(args, RESULT_SETTINGS), "sandbox": pool.mode}, f, indent=2)
             with open(os.path.join(out_dir, "args.json"), "w") as f:
                 json.dump(vars(args), f, indent=2)
         left = sum(map(len, todo.values()))

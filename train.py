@@ -134,9 +134,6 @@ def get_args(argv=None):
     p.add_argument("--eval-batch-size", type=at_least(1), default=16,
                    help="held-out problems generated together. our choice 16: all 90 MBPP validation problems in one "
                         "batch ran a 2-core CPU box out of its 24 GB during prefill (0.5B, bf16)")
-    p.add_argument("--allow-uncounted", action="store_true",
-                   help="train with a time or memory reward term although the sandbox cannot count every process of "
-                        "a run (refused by default: `python sandbox.py --probe` says what is missing)")
     grpo_flags(p)
     optimisation_flags(p)
     args = p.parse_args(argv)
@@ -166,7 +163,9 @@ def grpo_flags(p):
                    help="the Planner's prompt, in training and in its held-out eval: skeleton (the four parts as a "
                         "template to fill in; evaluate.py's planner-coder) or plain (the parts by name, no template "
                         "to copy; evaluate.py's planner-coder-plain; the untrained plain prompt needs ~256 plan "
-                        "tokens). our choice of default: skeleton, what the first runs used (default: skeleton)")
+                        "tokens) or restate (its answer starts with the problem's restatement, the Planner adds the "
+                        "steps; planner-coder-restate). our choice of default: skeleton, what the first runs used "
+                        "(default: skeleton)")
     p.add_argument("--beta", type=at_least(0.0, float), default=0.04, help="KL coefficient (DeepSeekMath: 0.04)")
     p.add_argument("--clip-eps", type=at_least(0.0, float), default=0.2,
                    help="PPO clip range (inert: one optimisation pass per batch makes the ratio exactly 1; see learn)")
@@ -229,6 +228,9 @@ def check_args(args):
                          "set --downstream-temperature > 0")
     if args.blind_weight and args.stage != "planner":
         raise UsageError("--blind-weight scores Planner plans: it needs --stage planner")
+    if args.blind_weight and args.planner_prompt == "restate":
+        raise UsageError("--blind-weight with --planner-prompt restate: the plan's pre-filled restatement would show "
+                         "the blind Coder the statement it hides")
     if args.planner_model and "planner" not in STAGES[args.stage]["chain"]:
         raise UsageError(f"--planner-model: stage {args.stage} has no Planner (stages with one: "
                          f"{', '.join(s for s, d in STAGES.items() if 'planner' in d['chain'])})")
@@ -265,7 +267,8 @@ def held_out_use(args):
 def eval_method(args):
     """The method the held-out eval measures the trained role with: the stage's, with the Planner's own prompt."""
     method = STAGES[args.stage].get("eval_method") or "planner-coder"
-    return "planner-coder-plain" if method == "planner-coder" and args.planner_prompt == "plain" else method
+    return f"planner-coder-{args.planner_prompt}" if method == "planner-coder" and args.planner_prompt != "skeleton" \
+        else method
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -351,7 +354,8 @@ def eval_rows(run, method):
     for a in range(0, len(mine), args.eval_batch_size):
         chunk = mine[a:a + args.eval_batch_size]
         records, _, _ = evaluate.attempt_and_judge(run.team, method, chunk, seed=args.seed,
-                                                   stop_on_failure=args.stop_on_failure)
+                                                   stop_on_failure=args.stop_on_failure,
+                                                   show=lambda text: show(run, f"held-out {method}: {text}"))
         local += [dict(task_id=p.id, method=method, passed=r["verdict"] == "passed", pass_rate=r["pass_rate"],
                        plan=r["plan"], plan_cut=r.get("plan_cut", False), program=r["program"])
                   for p, (r,) in zip(chunk, records)]
@@ -519,8 +523,7 @@ def start(args):
     check_out_dir(args)
     reward = STAGES[args.stage]["reward"]
     try:
-        with evaluate.open_pool(args, need_cpu=reward == "planner", need_memory=reward == "coder",
-                                allow_uncounted=args.allow_uncounted) as pool:
+        with evaluate.open_pool(args, need_cpu=reward == "planner", need_memory=reward == "coder") as pool:
             train(args, pool, rank, world)
     except OSError as e:  # disk full, --out made read-only during the run, ...
         raise UsageError(f"I/O error: {e} (checkpoints of this run are in {args.out}/checkpoints; continue with "

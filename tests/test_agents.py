@@ -103,10 +103,10 @@ def test_the_blind_coder_refuses_a_problem_whose_starter_code_shows_the_task():
         roles.blind_problem(p)
 
 
-@pytest.mark.parametrize("fn", ["direct_prompt", "cot_prompt", "scot_prompt"])
-def test_single_answer_prompts_contain_problem(tiny, fn):
+@pytest.mark.parametrize("template", [roles.DIRECT_PROMPT, *roles.DIRECT_TEMPLATES.values()])
+def test_single_answer_prompts_contain_problem(tiny, template):
     _, tok = tiny
-    prompt = getattr(roles, fn)(tok, stdio_problem())
+    prompt = roles.direct_prompt(tok, stdio_problem(), template)
     assert "Read two integers and print their sum." in prompt and "standard input" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
 
@@ -265,8 +265,8 @@ def team(tiny, **kw):
     return roles.Team(*tiny, **{**TOKENS, **kw})
 
 
-@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "planner-coder-plain", "content-free-plan",
-                                    "other-plan"])
+@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "planner-coder-plain",
+                                    "planner-coder-restate", "content-free-plan", "other-plan"])
 def test_method_returns_n_attempts_per_problem(tiny, method):
     model, tok = tiny
     problems = [assert_problem(0), stdio_problem(), assert_problem(2)]
@@ -661,3 +661,21 @@ def test_each_ablation_gives_the_coder_its_text(tiny, monkeypatch, method, has, 
     prompt = _coder_prompt_of(tiny, monkeypatch, method)
     assert "Write a function to add two numbers" in prompt  # the problem itself is always shown
     assert all(text in prompt for text in has) and not any(text in prompt for text in lacks), prompt
+
+
+def test_the_restate_planner_starts_from_the_restatement_and_the_coder_sees_it_with_the_added_steps(tiny, monkeypatch):
+    calls = _record_sample(monkeypatch)
+    (attempt,), = roles.run_method(team(tiny), "planner-coder-restate", [assert_problem()], n=1, temperature=0.0)
+    (planner_prompts, _, _), (coder_prompts, _, _) = calls
+    prefix = roles.restatement_plan(assert_problem()) + " 2."
+    assert planner_prompts[0].endswith(prefix) and "The problem is restated for you" in planner_prompts[0]
+    assert attempt.plan.startswith(roles.restatement_plan(assert_problem())) and attempt.plan in coder_prompts[0]
+
+
+def test_a_restate_plan_passes_the_gate_only_when_the_planner_adds_content():
+    p = assert_problem()
+    prefix = roles.plan_prefix(p, roles.PLANNER_RESTATE_PROMPT)
+    added = roles.clean_plan(" Return a plus b with the built-in sum over the pair.\nConditions: negative numbers "
+                             "work the same.\nLoops: none.", prefix)
+    bare = roles.clean_plan(" Return the result.", prefix)
+    assert roles.plan_check(added, problem=p) == "ok" and roles.plan_check(bare, problem=p) == "restatement"

@@ -607,3 +607,28 @@ def test_sigterm_keeps_the_finished_problems_and_the_same_command_continues_to_t
                 if row != "sandbox"}
 
     assert metrics(out) == metrics(tmp_path / "whole")
+
+
+class _PerProcessPool:
+    """A pool whose mode holds a memory limit per process only (no memory cgroup), as an ordinary user's does."""
+    mode = {"name": "no-cgroup", "isolated": True, "cpu_counted": False, "memory_counted": False,
+            "memory_limit": "per process", "missing": ["memory: no cgroup"]}
+
+    def __init__(self, *a, **kw):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("bench, refused", [("codecontests", True), ("codeforces", True), ("mbpp", False)])
+def test_a_benchmark_with_memory_limits_is_refused_where_the_limit_holds_per_process_only(monkeypatch, tmp_path,
+                                                                                           bench, refused):
+    monkeypatch.setattr(evaluate.sandbox, "SandboxPool", _PerProcessPool)
+    (tmp_path / "data.jsonl").write_text("")
+    args = evaluate.parse_args(["--bench", bench, "--data", str(tmp_path / "data.jsonl")])
+    if refused:
+        with pytest.raises(evaluate.UsageError, match="memory limit.*--allow-uncounted"):
+            evaluate.open_pool(args)
+        args.allow_uncounted = True
+    assert evaluate.open_pool(args).mode["memory_limit"] == "per process"

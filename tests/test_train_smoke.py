@@ -137,7 +137,8 @@ def test_stage_coder_without_planner_adapter_is_a_clear_error(tiny_model_dir, mb
 
 
 @pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"],
-                                 ["--bench-option", "time_facter=2"], ["--group-size", "1"], ["--lr", "-1"]])
+                                 ["--bench-option", "time_facter=2"], ["--group-size", "1"], ["--lr", "-1"],
+                                 ["--planner-prompt", "restate", "--blind-weight", "1"]])
 def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
     argv = small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path) + bad
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], capture_output=True, text=True,
@@ -247,8 +248,9 @@ def test_direct_stage_is_single_agent_grpo(tiny_model_dir, mbpp_path, tmp_path):
     assert {r["method"] for r in rows} == {"direct"} and len(rows) == 2
 
 
-def test_planner_prompt_plain_trains_and_evaluates_with_the_plain_prompt(tiny_model_dir, mbpp_path, tmp_path,
-                                                                         monkeypatch):
+@pytest.mark.parametrize("name, says", [("plain", "the four labelled parts"), ("restate", "restated for you")])
+def test_planner_prompt_trains_and_evaluates_with_that_prompt(tiny_model_dir, mbpp_path, tmp_path, monkeypatch, name,
+                                                              says):
     prompts, real = [], agents.sample
 
     def spy(model, tokenizer, texts, *a, **kw):
@@ -256,12 +258,11 @@ def test_planner_prompt_plain_trains_and_evaluates_with_the_plain_prompt(tiny_mo
         return real(model, tokenizer, texts, *a, **kw)
 
     monkeypatch.setattr(agents, "sample", spy)
-    train.main(small(tiny_model_dir, tmp_path, "planner", mbpp_path, steps=1, extra=("--planner-prompt", "plain")))
-    plain, skeleton = "the four labelled parts", "replacing each <...>"
+    train.main(small(tiny_model_dir, tmp_path, "planner", mbpp_path, steps=1, extra=("--planner-prompt", name)))
     planner_prompts = [p for p in prompts if "Algorithmic Thought" in p]
-    assert planner_prompts and all(plain in p and skeleton not in p for p in planner_prompts)
+    assert planner_prompts and all(says in p and "replacing each <...>" not in p for p in planner_prompts)
     m = read_metrics(tmp_path)[-1]
-    assert "eval_pass1_planner_coder_plain" in m and "eval_plan_info" in m and "eval_pass1_planner_coder" not in m
+    assert f"eval_pass1_planner_coder_{name}" in m and "eval_plan_info" in m and "eval_pass1_planner_coder" not in m
 
 
 def test_the_planner_prompt_is_the_skeleton_one_unless_asked():
@@ -269,6 +270,8 @@ def test_the_planner_prompt_is_the_skeleton_one_unless_asked():
     assert args.planner_prompt == "skeleton" and train.eval_method(args) == "planner-coder"
     assert train.eval_method(train.get_args(["--stage", "planner", "--planner-prompt", "plain"])) == \
         "planner-coder-plain"
+    assert train.eval_method(train.get_args(["--stage", "planner", "--planner-prompt", "restate"])) == \
+        "planner-coder-restate"
     assert train.eval_method(train.get_args(["--stage", "direct", "--planner-prompt", "plain"])) == "direct"
 
 
