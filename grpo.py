@@ -96,6 +96,13 @@ def _matches(module_name, targets):
     return any(module_name == t or module_name.endswith("." + t) for t in targets)
 
 
+def _targeted(model, targets):
+    """[(qualified name, module)] of the nn.Linear / LoRALinear modules `targets` selects. A wrapper's base_layer is
+    not a target in its own right; the wrapper itself is (its name is the layer's)."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, LoRALinear))
+            and not n.endswith(".base_layer") and _matches(n, targets)]
+
+
 def lora_modules(model):
     """[(qualified name, LoRALinear)] in model order."""
     return [(n, m) for n, m in model.named_modules() if isinstance(m, LoRALinear)]
@@ -128,21 +135,15 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
     if name in adapter_names(model):
         raise ValueError(f"adapter {name!r} already exists on this model (adapters: {adapter_names(model)})")
     previous = active_adapter(model) if adapter_names(model) else name  # read before new wrappers (none active)
-    matched = 0
-    for full, child in list(model.named_modules()):  # a snapshot: we replace modules while walking
-        # A wrapper's base_layer is not a target in its own right; the wrapper itself is (its name is the layer's).
-        if full.endswith(".base_layer") or not isinstance(child, (nn.Linear, LoRALinear)):
-            continue
-        if not _matches(full, targets):
-            continue
+    found = _targeted(model, targets)  # a list, so a snapshot: we replace modules while walking it
+    if not found:
+        raise ValueError(f"add_lora({name!r}): no nn.Linear module name matched targets {targets!r}")
+    for full, child in found:
         if isinstance(child, nn.Linear):
             parent_name, _, child_name = full.rpartition(".")
             child = LoRALinear(child)
             setattr(model.get_submodule(parent_name), child_name, child)
         child.add_adapter(name, r, alpha, dropout, dtype)
-        matched += 1
-    if matched == 0:
-        raise ValueError(f"add_lora({name!r}): no nn.Linear module name matched targets {targets!r}")
     for pname, p in model.named_parameters():  # only LoRA A/B matrices (of any adapter) are trainable
         p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
     _set_active(model, previous)  # every wrapper, old or new, agrees on the active adapter again
@@ -234,16 +235,14 @@ _PEFT_UNSUPPORTED = ("use_dora", "use_rslora", "fan_in_fan_out", "rank_pattern",
 
 def _peft_config(model, name, base_model_name_or_path):
     """The adapter_config.json PEFT needs to rebuild the same adapter."""
-    mods = [(n, m) for n, m in lora_modules(model) if name in m.lora_A]
-    m0 = mods[0][1]
+    wrapped = {n: m for n, m in lora_modules(model) if name in m.lora_A}  # the modules holding the adapter
+    m0 = next(iter(wrapped.values()))
     alpha, drop = m0.lora_alpha[name], m0.lora_dropout[name]
     # Target modules: the leaf names, PEFT's usual form, when they select exactly our modules; otherwise an exact
     # regex of the full names (PEFT full-matches a string target), so a reload never wraps a different set.
-    wrapped = {n for n, _ in mods}
     leaves = sorted({n.rsplit(".", 1)[-1] for n in wrapped})
-    candidates = {n for n, mod in model.named_modules() if isinstance(mod, (nn.Linear, LoRALinear))
-                  and not n.endswith(".base_layer") and _matches(n, leaves)}
-    targets = leaves if candidates == wrapped else "^(" + "|".join(re.escape(n) for n in sorted(wrapped)) + ")$"
+    candidates = {n for n, _ in _targeted(model, leaves)}
+    targets = leaves if candidates == set(wrapped) else "^(" + "|".join(re.escape(n) for n in sorted(wrapped)) + ")$"
     return dict(_PEFT_FIXED, r=m0.r[name], lora_alpha=int(alpha) if float(alpha).is_integer() else alpha,
                 lora_dropout=drop.p if isinstance(drop, nn.Dropout) else 0.0, target_modules=targets,
                 base_model_name_or_path=base_model_name_or_path or getattr(model, "name_or_path", "") or "")
