@@ -156,8 +156,7 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
 
 def active_adapter(model):
     """The name of the active adapter, or None when adapters are off (or there are none)."""
-    mods = lora_modules(model)
-    return mods[0][1].active if mods else None
+    return next((m.active for _, m in lora_modules(model)), None)
 
 
 def _set_active(model, name):
@@ -253,11 +252,8 @@ def save_adapter(model, name, directory, base_model_name_or_path=""):
     it. Keys: base_model.model.<module>.lora_A.weight (r, in) and .lora_B.weight (out, r), no adapter name (as PEFT).
     """
     _known(model, name)
-    tensors = {}
-    for full, m in lora_modules(model):
-        if name in m.lora_A:
-            tensors[f"{PEFT_PREFIX}{full}.lora_A.weight"] = m.lora_A[name].detach().cpu().contiguous()
-            tensors[f"{PEFT_PREFIX}{full}.lora_B.weight"] = m.lora_B[name].detach().cpu().contiguous()
+    tensors = {f"{PEFT_PREFIX}{full}.lora_{ab}.weight": getattr(m, f"lora_{ab}")[name].detach().cpu().contiguous()
+               for full, m in lora_modules(model) if name in m.lora_A for ab in "AB"}
     os.makedirs(directory, exist_ok=True)
     save_file(tensors, os.path.join(directory, ADAPTER_WEIGHTS), metadata={"format": "pt"})
     with open(os.path.join(directory, ADAPTER_CONFIG), "w") as f:
@@ -314,9 +310,7 @@ def _checkpointed_forward(self, *args, **kwargs):
         return inner(*args, **kwargs)
     # A KV cache would be written twice (forward, then the recompute): drop it as HF's own checkpointing does (both
     # names: transformers 5 renamed past_key_values).
-    for key in ("cache", "past_key_values"):
-        if kwargs.get(key) is not None:
-            kwargs[key] = None
+    kwargs.update({key: None for key in ("cache", "past_key_values") if kwargs.get(key) is not None})
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
     # The recompute runs in backward, possibly after `use_adapter` has exited and another adapter is active: it must
@@ -554,9 +548,10 @@ def dist_setup(device=None):
 
     device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun any CUDA device
     ("cuda", "cuda:0", ...) means cuda:LOCAL_RANK: one GPU per rank (pick the GPUs with CUDA_VISIBLE_DEVICES); an
-    explicit index kept as given would put every rank on one GPU, where nccl fails at the first collective. The backend follows that device, not torch.cuda.is_available(): nccl for a
-    CUDA device (it has no CPU backend, so every tensor given to a collective must sit on the run's device), gloo
-    for a CPU one (`--device cpu` on a CUDA machine)."""
+    explicit index kept as given would put every rank on one GPU, where nccl fails at the first collective. The
+    backend follows that device, not torch.cuda.is_available(): nccl for a CUDA device (it has no CPU backend, so
+    every tensor given to a collective must sit on the run's device), gloo for a CPU one (`--device cpu` on a CUDA
+    machine)."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world <= 1:
@@ -617,7 +612,5 @@ def all_reduce_sum_(tensors):
         return
     flat = torch.cat([t.reshape(-1).float() for t in tensors])  # (sum of numels,)
     dist.all_reduce(flat)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
-        offset += t.numel()
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        t.copy_(part.view_as(t))
