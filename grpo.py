@@ -96,6 +96,13 @@ def _matches(module_name, targets):
     return any(module_name == t or module_name.endswith("." + t) for t in targets)
 
 
+def _targeted(model, targets):
+    """[(qualified name, module)] of the nn.Linear / LoRALinear modules `targets` selects. A wrapper's base_layer is
+    not a target in its own right; the wrapper itself is (its name is the layer's)."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, LoRALinear))
+            and not n.endswith(".base_layer") and _matches(n, targets)]
+
+
 def lora_modules(model):
     """[(qualified name, LoRALinear)] in model order."""
     return [(n, m) for n, m in model.named_modules() if isinstance(m, LoRALinear)]
@@ -128,21 +135,15 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
     if name in adapter_names(model):
         raise ValueError(f"adapter {name!r} already exists on this model (adapters: {adapter_names(model)})")
     previous = active_adapter(model) if adapter_names(model) else name  # read before new wrappers (none active)
-    matched = 0
-    for full, child in list(model.named_modules()):  # a snapshot: we replace modules while walking
-        # A wrapper's base_layer is not a target in its own right; the wrapper itself is (its name is the layer's).
-        if full.endswith(".base_layer") or not isinstance(child, (nn.Linear, LoRALinear)):
-            continue
-        if not _matches(full, targets):
-            continue
+    found = _targeted(model, targets)  # a list, so a snapshot: we replace modules while walking it
+    if not found:
+        raise ValueError(f"add_lora({name!r}): no nn.Linear module name matched targets {targets!r}")
+    for full, child in found:
         if isinstance(child, nn.Linear):
             parent_name, _, child_name = full.rpartition(".")
             child = LoRALinear(child)
             setattr(model.get_submodule(parent_name), child_name, child)
         child.add_adapter(name, r, alpha, dropout, dtype)
-        matched += 1
-    if matched == 0:
-        raise ValueError(f"add_lora({name!r}): no nn.Linear module name matched targets {targets!r}")
     for pname, p in model.named_parameters():  # only LoRA A/B matrices (of any adapter) are trainable
         p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
     _set_active(model, previous)  # every wrapper, old or new, agrees on the active adapter again
@@ -155,8 +156,7 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS, 
 
 def active_adapter(model):
     """The name of the active adapter, or None when adapters are off (or there are none)."""
-    mods = lora_modules(model)
-    return mods[0][1].active if mods else None
+    return next((m.active for _, m in lora_modules(model)), None)
 
 
 def _set_active(model, name):
@@ -234,16 +234,14 @@ _PEFT_UNSUPPORTED = ("use_dora", "use_rslora", "fan_in_fan_out", "rank_pattern",
 
 def _peft_config(model, name, base_model_name_or_path):
     """The adapter_config.json PEFT needs to rebuild the same adapter."""
-    mods = [(n, m) for n, m in lora_modules(model) if name in m.lora_A]
-    m0 = mods[0][1]
+    wrapped = {n: m for n, m in lora_modules(model) if name in m.lora_A}  # the modules holding the adapter
+    m0 = next(iter(wrapped.values()))
     alpha, drop = m0.lora_alpha[name], m0.lora_dropout[name]
     # Target modules: the leaf names, PEFT's usual form, when they select exactly our modules; otherwise an exact
     # regex of the full names (PEFT full-matches a string target), so a reload never wraps a different set.
-    wrapped = {n for n, _ in mods}
     leaves = sorted({n.rsplit(".", 1)[-1] for n in wrapped})
-    candidates = {n for n, mod in model.named_modules() if isinstance(mod, (nn.Linear, LoRALinear))
-                  and not n.endswith(".base_layer") and _matches(n, leaves)}
-    targets = leaves if candidates == wrapped else "^(" + "|".join(re.escape(n) for n in sorted(wrapped)) + ")$"
+    candidates = {n for n, _ in _targeted(model, leaves)}
+    targets = leaves if candidates == set(wrapped) else "^(" + "|".join(re.escape(n) for n in sorted(wrapped)) + ")$"
     return dict(_PEFT_FIXED, r=m0.r[name], lora_alpha=int(alpha) if float(alpha).is_integer() else alpha,
                 lora_dropout=drop.p if isinstance(drop, nn.Dropout) else 0.0, target_modules=targets,
                 base_model_name_or_path=base_model_name_or_path or getattr(model, "name_or_path", "") or "")
@@ -254,11 +252,8 @@ def save_adapter(model, name, directory, base_model_name_or_path=""):
     it. Keys: base_model.model.<module>.lora_A.weight (r, in) and .lora_B.weight (out, r), no adapter name (as PEFT).
     """
     _known(model, name)
-    tensors = {}
-    for full, m in lora_modules(model):
-        if name in m.lora_A:
-            tensors[f"{PEFT_PREFIX}{full}.lora_A.weight"] = m.lora_A[name].detach().cpu().contiguous()
-            tensors[f"{PEFT_PREFIX}{full}.lora_B.weight"] = m.lora_B[name].detach().cpu().contiguous()
+    tensors = {f"{PEFT_PREFIX}{full}.lora_{ab}.weight": getattr(m, f"lora_{ab}")[name].detach().cpu().contiguous()
+               for full, m in lora_modules(model) if name in m.lora_A for ab in "AB"}
     os.makedirs(directory, exist_ok=True)
     save_file(tensors, os.path.join(directory, ADAPTER_WEIGHTS), metadata={"format": "pt"})
     with open(os.path.join(directory, ADAPTER_CONFIG), "w") as f:
@@ -315,9 +310,7 @@ def _checkpointed_forward(self, *args, **kwargs):
         return inner(*args, **kwargs)
     # A KV cache would be written twice (forward, then the recompute): drop it as HF's own checkpointing does (both
     # names: transformers 5 renamed past_key_values).
-    for key in ("cache", "past_key_values"):
-        if kwargs.get(key) is not None:
-            kwargs[key] = None
+    kwargs.update({key: None for key in ("cache", "past_key_values") if kwargs.get(key) is not None})
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
     # The recompute runs in backward, possibly after `use_adapter` has exited and another adapter is active: it must
@@ -555,9 +548,10 @@ def dist_setup(device=None):
 
     device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun any CUDA device
     ("cuda", "cuda:0", ...) means cuda:LOCAL_RANK: one GPU per rank (pick the GPUs with CUDA_VISIBLE_DEVICES); an
-    explicit index kept as given would put every rank on one GPU, where nccl fails at the first collective. The backend follows that device, not torch.cuda.is_available(): nccl for a
-    CUDA device (it has no CPU backend, so every tensor given to a collective must sit on the run's device), gloo
-    for a CPU one (`--device cpu` on a CUDA machine)."""
+    explicit index kept as given would put every rank on one GPU, where nccl fails at the first collective. The
+    backend follows that device, not torch.cuda.is_available(): nccl for a CUDA device (it has no CPU backend, so
+    every tensor given to a collective must sit on the run's device), gloo for a CPU one (`--device cpu` on a CUDA
+    machine)."""
     world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world <= 1:
@@ -618,7 +612,5 @@ def all_reduce_sum_(tensors):
         return
     flat = torch.cat([t.reshape(-1).float() for t in tensors])  # (sum of numels,)
     dist.all_reduce(flat)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
-        offset += t.numel()
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        t.copy_(part.view_as(t))
