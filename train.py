@@ -612,8 +612,9 @@ def work_line(run, start):
             f"{run.role} samples" + (f" x M={args.downstream_samples} programs each" if rows > 1 else "")
             + f" (plans <= {args.plan_max_new_tokens} tokens, programs <= {args.max_new_tokens})"
             + (f"; {evals} held-out evals of {len(run.eval_set)} problems" if evals else "")
-            + "; the time left follows each step" + ("; on a CPU these defaults are sized for a GPU (README, "
-                                                      "Quick start)" if run.device.type == "cpu" else ""))
+            + "; the time left follows each step" + ("; on a CPU, train.py's defaults (200 steps x 4 problems x "
+                                                      "G=8) are sized for a GPU (README, Quick start)"
+                                                      if run.device.type == "cpu" else ""))
 
 
 # Policies this large learn with gradient checkpointing on a CPU too: without it, Planner steps of the 1.5B
