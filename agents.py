@@ -898,25 +898,22 @@ def _segments(text):
     Tolerates indented fences, an info string after the tag (```python title="x.py"), ``` glued to the last code
     line, and an unterminated last block (the model hit the token cap).
     """
-    lines = text.split("\n")
-    out, i = [], 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
+    out, lines = [], iter(text.split("\n"))
+    for line in lines:
+        m = _FENCE.match(line)
         if not m:
-            out.append(lines[i])
-            i += 1
+            out.append(line)
             continue
-        body, closed, i = [], False, i + 1
-        while i < len(lines) and not closed:
-            line = lines[i]
+        body, closed = [], False
+        for line in lines:  # the block's lines, from the same iterator: after it, the outer loop goes on
             if _FENCE.match(line):
                 closed = True
-            elif line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
+                break
+            if line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
                 body.append(line.rstrip()[:-3])
                 closed = True
-            else:
-                body.append(line)
-            i += 1
+                break
+            body.append(line)
         out.append((m.group(2).lower(), body, closed))
     return out
 
@@ -970,12 +967,8 @@ def clean_plan(text, prefix=PLAN_PREFIX):
     labels = list(_LOOPS_LABEL.finditer(plan))
     if labels:
         head, tail = plan[: labels[-1].start()], plan[labels[-1].start():].split("\n")
-        keep = [tail[0]]
-        for line in tail[1:]:
-            if not line.strip() or _AFTER_PLAN.match(line):
-                break
-            keep.append(line)
-        plan = head + "\n".join(keep)
+        keep = itertools.takewhile(lambda line: line.strip() and not _AFTER_PLAN.match(line), tail[1:])
+        plan = head + "\n".join([tail[0], *keep])
     return re.sub(r"\n{3,}", "\n\n", plan).strip()
 
 
@@ -1142,13 +1135,12 @@ def _parsing_prefix(code, max_tries=64):
         try:
             ast.parse("\n".join(lines[:end]))
             return "\n".join(lines[:end]).rstrip()
-        except SyntaxError as e:
+        except (SyntaxError, ValueError) as e:
             # Jump below the reported line when that shrinks the prefix, else drop one line (the
-            # prefix strictly shrinks); usually one jump lands on the last good line.
-            bad = (e.lineno or end) - 1
+            # prefix strictly shrinks); usually one jump lands on the last good line. A ValueError (null
+            # bytes) reports no line: one line is dropped.
+            bad = (getattr(e, "lineno", None) or end) - 1
             end = bad if 0 < bad < end else end - 1
-        except ValueError:
-            end -= 1
     return ""
 
 
@@ -1165,12 +1157,9 @@ def _unfenced_code(text):
     starts = [k for k, l in enumerate(lines) if _PY_LINE.match(l) and not l.strip().startswith(("return", "print("))]
     for k in starts[:10]:
         indent = len(lines[k]) - len(lines[k].lstrip())
-        body = [lines[k]]
-        for nxt in lines[k + 1:]:
-            if nxt.strip() and len(nxt) - len(nxt.lstrip()) < indent:
-                break  # dedent below the code's own level: back to prose
-            body.append(nxt)
-        code = _parsing_prefix(textwrap.dedent("\n".join(body)))
+        # The code runs until a line dedented below its own level: back to prose.
+        body = itertools.takewhile(lambda nxt: not nxt.strip() or len(nxt) - len(nxt.lstrip()) >= indent, lines[k + 1:])
+        code = _parsing_prefix(textwrap.dedent("\n".join([lines[k], *body])))
         if code and any(_PY_LINE.match(l) for l in code.split("\n")):
             return code
     return ""
@@ -1296,14 +1285,9 @@ _EXEMPLAR_FIELDS = ("problem", "plan", "code")
 
 
 def _retrieval_key(label):
-    label = label.lower()
-    if "algorithm" in label:
-        return "algorithm"
-    if label.startswith("plan"):
-        return "plan"
-    if label in ("tutorial", "code"):
-        return label
-    return "problem"  # example, example problem, similar problem, problem
+    """The field a _RETRIEVAL_LABEL label fills: the first of these words it contains ("planning" -> "plan"), else
+    "problem" (example, example problem, similar problem, problem)."""
+    return next((key for key in ("algorithm", "plan", "tutorial", "code") if key in label.lower()), "problem")
 
 
 def _exemplar_for(exemplars, current, key, num):
@@ -1359,18 +1343,15 @@ def parse_retrieval(text, prefix=RETRIEVAL_PREFIX, k=None):
             target = current[key]
         if rest:
             target.append(rest)
-    out = {"algorithm": " ".join(" ".join(algorithm).split()), "tutorial": "\n".join(tutorial).strip(), "exemplars": []}
-    seen = set()
+    unique = {}  # each exemplar's text up to whitespace -> the first exemplar with that text
     for e in exemplars:
         ex = {f: "\n".join(e[f]).strip() for f in _EXEMPLAR_FIELDS}
-        key = tuple(" ".join(v.split()) for v in ex.values())
         # our choice: an exact repeat (up to whitespace) is dropped, because it would only cost a duplicate plan;
         # small models often repeat one exemplar until the token cap.
-        if any(ex.values()) and key not in seen:
-            seen.add(key)
-            out["exemplars"].append(ex)
-    out["exemplars"] = out["exemplars"][:k]
-    return out
+        if any(ex.values()):
+            unique.setdefault(tuple(" ".join(v.split()) for v in ex.values()), ex)
+    return {"algorithm": " ".join(" ".join(algorithm).split()), "tutorial": "\n".join(tutorial).strip(),
+            "exemplars": list(unique.values())[:k]}
 
 
 # A confidence line: "Confidence: 85", "**Confidence score**: 0.9", "confidence = 8/10", "Confidence 70%".
@@ -1399,10 +1380,8 @@ def parse_confidence(value):
         elif not m.group(2) and "." in m.group(1) and x <= 1.0:
             x *= 100.0
         return x if 0.0 <= x <= 100.0 else None
-    for word in sorted(_CONFIDENCE_WORDS, key=len, reverse=True):  # "very high" before "high"
-        if s.startswith(word):
-            return _CONFIDENCE_WORDS[word]
-    return None
+    words = sorted(_CONFIDENCE_WORDS, key=len, reverse=True)  # "very high" before "high"
+    return next((_CONFIDENCE_WORDS[word] for word in words if s.startswith(word)), None)
 
 
 def plan_with_confidence(text, prefix=PLAN_PREFIX):
@@ -1422,8 +1401,8 @@ def rank_plans(plans, unrated=0.0):
     unrated: our choice 0, the score of a plan without a usable confidence: it goes after every rated plan
     (a plan that ignores the format is more often a degenerate one) but keeps its order among the unrated.
     """
-    order = sorted(range(len(plans)), key=lambda i: -(plans[i][1] if plans[i][1] is not None else unrated))
-    return [plans[i][0] for i in order]
+    ranked = sorted(plans, key=lambda pc: -(pc[1] if pc[1] is not None else unrated))  # stable: ties keep order
+    return [plan for plan, _ in ranked]
 
 
 # ----------------------------------------------------------------------------------------------------
