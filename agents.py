@@ -110,9 +110,8 @@ def check_model(name_or_path):
         return False
     from huggingface_hub import try_to_load_from_cache
 
-    cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
     if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():
-        if not cached:
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):  # not cached
             raise ValueError(f"model {path!r} is not in the local Hugging Face cache and the hub cannot be reached: "
                              f"{_WHAT_TO_PASS.split(', or a hub id')[0]}")
         return True
@@ -166,7 +165,6 @@ def load_model(name_or_path, device=None, dtype=None):
     path = os.path.expanduser(str(name_or_path))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     offline = check_model(path)
-    is_local = os.path.exists(path)
     if not sys.stderr.isatty():  # in a log file transformers' "Loading weights" bar is one 5 KB line of redraws
         transformers.utils.logging.disable_progress_bar()
     torch_dtype = resolve_dtype(dtype, device)
@@ -177,7 +175,7 @@ def load_model(name_or_path, device=None, dtype=None):
     # and safetensors (its own class); turn it into one line and keep the cause chained.
     except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        where = "directory" if is_local else "hub id"
+        where = "directory" if os.path.exists(path) else "hub id"
         raise ValueError(f"could not load model {where} {path!r}: {first_line}; {_WHAT_TO_PASS}") from e
     # Some tokenizers ship without a pad token. Reusing EOS is safe here because `sample` derives the
     # completion mask from its own "finished" state, never by comparing tokens with the pad id.
@@ -661,9 +659,8 @@ def _functional_call(fn_name, case):
         out = json.loads(case["output"])
     except (ValueError, KeyError, TypeError, AttributeError):
         # Not valid JSON: show the raw text rather than fail (the sandbox reports the real problem).
-        if not isinstance(case, dict):
-            return str(case)
-        return f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}"
+        return (f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}" if isinstance(case, dict)
+                else str(case))
     return f"{fn_name}({', '.join(repr(a) for a in args)}) == {out!r}"
 
 
@@ -1220,13 +1217,13 @@ def strip_example_usage(code, entry_point=""):
         while k >= 0 and lines[k].strip().startswith("#"):  # also the comments right above ("# Example usage:")
             dead.add(k)
             k -= 1
-    for node in tree.body:
-        if node not in drop:
-            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            kept_lines.update(range(first - 1, node.end_lineno))
+    kept = [node for node in tree.body if node not in drop]
+    for node in kept:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        kept_lines.update(range(first - 1, node.end_lineno))
     if dead & kept_lines:
         # Two statements on one line (`x = 1; print(x)`): rebuild from the AST (comments are lost).
-        return ast.unparse(ast.Module(body=[n for n in tree.body if n not in drop], type_ignores=[]))
+        return ast.unparse(ast.Module(body=kept, type_ignores=[]))
     out = "\n".join(l for k, l in enumerate(lines) if k not in dead)
     return re.sub(r"\n{3,}", "\n\n", out).strip()
 
@@ -1250,7 +1247,6 @@ def extract_code(text, kind="assert", entry_point=""):
         if lang == "" and not any(_PY_LINE.match(l) for l in body.split("\n")):
             continue  # an untagged block of sample input / output, not code
         cands.append((body, closed))
-    code, closed = "", True
     defines = re.compile(rf"^\s*(async\s+)?(def|class)\s+{re.escape(entry_point)}\b", re.M) if entry_point else None
     if cands:
         defining = [c for c in cands if defines and defines.search(c[0])]
@@ -1259,7 +1255,7 @@ def extract_code(text, kind="assert", entry_point=""):
         # max() keeps the first of equal keys: search reversed so the later block wins ties.
         code, closed = max(reversed(pool), key=lambda c: len(c[0]))
     else:
-        code = _unfenced_code(text)
+        code, closed = _unfenced_code(text), True
     if not closed and not _parses(code):
         code = _parsing_prefix(code)
     if kind != "stdio":
@@ -1532,18 +1528,11 @@ def check_public(problems, programs, pool):
     A program with no code is not run (feedback says so). A problem with no public tests counts as
     passed: there is nothing to repair from, and hidden tests must never leak into a prompt.
     """
-    out = [None] * len(programs)
-    jobs, where = [], []
-    for k, (p, prog) in enumerate(zip(problems, programs)):
-        if not p.public_tests:
-            out[k] = (True, "")
-        elif not prog.strip():
-            out[k] = (False, NO_CODE_FEEDBACK)
-        else:
-            jobs.append(problem_job(p, prog, p.public_tests))
-            where.append(k)
-    results = pool.run(jobs) if jobs else []
-    for k, job, res in zip(where, jobs, results):
+    # The verdict without a run; the entries of the programs that do run are replaced below.
+    out = [(True, "") if not p.public_tests else (False, NO_CODE_FEEDBACK) for p in problems]
+    where = [k for k, (p, prog) in enumerate(zip(problems, programs)) if p.public_tests and prog.strip()]
+    jobs = [problem_job(problems[k], programs[k], problems[k].public_tests) for k in where]
+    for k, job, res in zip(where, jobs, pool.run(jobs) if jobs else []):
         ok = res.verdict == "passed"
         out[k] = (ok, "" if ok else feedback(job, res))
     return out
@@ -1607,14 +1596,12 @@ def mapcoder(team, problems, ctxs, n, temperature, generator):
         verdicts = check_public([runs[r][0] for r in active], [state[r]["program"] for r in active], team.pool)
         for r, (ok, fb) in zip(active, verdicts):
             s = state[r]
-            if ok:
-                s["done"] = True
-            elif s["this_plan"] < team.mapcoder_t:
+            if not ok and s["this_plan"] < team.mapcoder_t:
                 s["feedback"] = fb  # debug this program next round
-            elif s["plan_index"] + 1 < len(runs[r][2]):
+            elif not ok and s["plan_index"] + 1 < len(runs[r][2]):
                 s.update(plan_index=s["plan_index"] + 1, this_plan=0, feedback="", program=None)
             else:
-                s["done"] = True
+                s["done"] = True  # it passed, or its rounds and plans are spent
     # A run that moved to a new plan is always coded in the next round, so `program` is the last program written.
     return [dict(program=s["program"] or "", raw=s["raw"], plan=runs[r][2][s["plan_index"]], rounds=s["rounds"])
             for r, s in enumerate(state)]
