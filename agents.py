@@ -110,9 +110,8 @@ def check_model(name_or_path):
         return False
     from huggingface_hub import try_to_load_from_cache
 
-    cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
     if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():
-        if not cached:
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):  # not cached
             raise ValueError(f"model {path!r} is not in the local Hugging Face cache and the hub cannot be reached: "
                              f"{_WHAT_TO_PASS.split(', or a hub id')[0]}")
         return True
@@ -166,7 +165,6 @@ def load_model(name_or_path, device=None, dtype=None):
     path = os.path.expanduser(str(name_or_path))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     offline = check_model(path)
-    is_local = os.path.exists(path)
     if not sys.stderr.isatty():  # in a log file transformers' "Loading weights" bar is one 5 KB line of redraws
         transformers.utils.logging.disable_progress_bar()
     torch_dtype = resolve_dtype(dtype, device)
@@ -177,7 +175,7 @@ def load_model(name_or_path, device=None, dtype=None):
     # and safetensors (its own class); turn it into one line and keep the cause chained.
     except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError) as e:
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        where = "directory" if is_local else "hub id"
+        where = "directory" if os.path.exists(path) else "hub id"
         raise ValueError(f"could not load model {where} {path!r}: {first_line}; {_WHAT_TO_PASS}") from e
     # Some tokenizers ship without a pad token. Reusing EOS is safe here because `sample` derives the
     # completion mask from its own "finished" state, never by comparing tokens with the pad id.
@@ -661,9 +659,8 @@ def _functional_call(fn_name, case):
         out = json.loads(case["output"])
     except (ValueError, KeyError, TypeError, AttributeError):
         # Not valid JSON: show the raw text rather than fail (the sandbox reports the real problem).
-        if not isinstance(case, dict):
-            return str(case)
-        return f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}"
+        return (f"Input:\n{case.get('input', '')}\nOutput:\n{case.get('output', '')}" if isinstance(case, dict)
+                else str(case))
     return f"{fn_name}({', '.join(repr(a) for a in args)}) == {out!r}"
 
 
@@ -898,25 +895,22 @@ def _segments(text):
     Tolerates indented fences, an info string after the tag (```python title="x.py"), ``` glued to the last code
     line, and an unterminated last block (the model hit the token cap).
     """
-    lines = text.split("\n")
-    out, i = [], 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
+    out, lines = [], iter(text.split("\n"))
+    for line in lines:
+        m = _FENCE.match(line)
         if not m:
-            out.append(lines[i])
-            i += 1
+            out.append(line)
             continue
-        body, closed, i = [], False, i + 1
-        while i < len(lines) and not closed:
-            line = lines[i]
+        body, closed = [], False
+        for line in lines:  # the block's lines, from the same iterator: after it, the outer loop goes on
             if _FENCE.match(line):
                 closed = True
-            elif line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
+                break
+            if line.rstrip().endswith("```"):  # "    return x```": the fence glued to the code
                 body.append(line.rstrip()[:-3])
                 closed = True
-            else:
-                body.append(line)
-            i += 1
+                break
+            body.append(line)
         out.append((m.group(2).lower(), body, closed))
     return out
 
@@ -970,12 +964,8 @@ def clean_plan(text, prefix=PLAN_PREFIX):
     labels = list(_LOOPS_LABEL.finditer(plan))
     if labels:
         head, tail = plan[: labels[-1].start()], plan[labels[-1].start():].split("\n")
-        keep = [tail[0]]
-        for line in tail[1:]:
-            if not line.strip() or _AFTER_PLAN.match(line):
-                break
-            keep.append(line)
-        plan = head + "\n".join(keep)
+        keep = itertools.takewhile(lambda line: line.strip() and not _AFTER_PLAN.match(line), tail[1:])
+        plan = head + "\n".join([tail[0], *keep])
     return re.sub(r"\n{3,}", "\n\n", plan).strip()
 
 
@@ -1142,13 +1132,12 @@ def _parsing_prefix(code, max_tries=64):
         try:
             ast.parse("\n".join(lines[:end]))
             return "\n".join(lines[:end]).rstrip()
-        except SyntaxError as e:
+        except (SyntaxError, ValueError) as e:
             # Jump below the reported line when that shrinks the prefix, else drop one line (the
-            # prefix strictly shrinks); usually one jump lands on the last good line.
-            bad = (e.lineno or end) - 1
+            # prefix strictly shrinks); usually one jump lands on the last good line. A ValueError (null
+            # bytes) reports no line: one line is dropped.
+            bad = (getattr(e, "lineno", None) or end) - 1
             end = bad if 0 < bad < end else end - 1
-        except ValueError:
-            end -= 1
     return ""
 
 
@@ -1165,12 +1154,9 @@ def _unfenced_code(text):
     starts = [k for k, l in enumerate(lines) if _PY_LINE.match(l) and not l.strip().startswith(("return", "print("))]
     for k in starts[:10]:
         indent = len(lines[k]) - len(lines[k].lstrip())
-        body = [lines[k]]
-        for nxt in lines[k + 1:]:
-            if nxt.strip() and len(nxt) - len(nxt.lstrip()) < indent:
-                break  # dedent below the code's own level: back to prose
-            body.append(nxt)
-        code = _parsing_prefix(textwrap.dedent("\n".join(body)))
+        # The code runs until a line dedented below its own level: back to prose.
+        body = itertools.takewhile(lambda nxt: not nxt.strip() or len(nxt) - len(nxt.lstrip()) >= indent, lines[k + 1:])
+        code = _parsing_prefix(textwrap.dedent("\n".join([lines[k], *body])))
         if code and any(_PY_LINE.match(l) for l in code.split("\n")):
             return code
     return ""
@@ -1231,13 +1217,13 @@ def strip_example_usage(code, entry_point=""):
         while k >= 0 and lines[k].strip().startswith("#"):  # also the comments right above ("# Example usage:")
             dead.add(k)
             k -= 1
-    for node in tree.body:
-        if node not in drop:
-            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            kept_lines.update(range(first - 1, node.end_lineno))
+    kept = [node for node in tree.body if node not in drop]
+    for node in kept:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        kept_lines.update(range(first - 1, node.end_lineno))
     if dead & kept_lines:
         # Two statements on one line (`x = 1; print(x)`): rebuild from the AST (comments are lost).
-        return ast.unparse(ast.Module(body=[n for n in tree.body if n not in drop], type_ignores=[]))
+        return ast.unparse(ast.Module(body=kept, type_ignores=[]))
     out = "\n".join(l for k, l in enumerate(lines) if k not in dead)
     return re.sub(r"\n{3,}", "\n\n", out).strip()
 
@@ -1261,7 +1247,6 @@ def extract_code(text, kind="assert", entry_point=""):
         if lang == "" and not any(_PY_LINE.match(l) for l in body.split("\n")):
             continue  # an untagged block of sample input / output, not code
         cands.append((body, closed))
-    code, closed = "", True
     defines = re.compile(rf"^\s*(async\s+)?(def|class)\s+{re.escape(entry_point)}\b", re.M) if entry_point else None
     if cands:
         defining = [c for c in cands if defines and defines.search(c[0])]
@@ -1270,7 +1255,7 @@ def extract_code(text, kind="assert", entry_point=""):
         # max() keeps the first of equal keys: search reversed so the later block wins ties.
         code, closed = max(reversed(pool), key=lambda c: len(c[0]))
     else:
-        code = _unfenced_code(text)
+        code, closed = _unfenced_code(text), True
     if not closed and not _parses(code):
         code = _parsing_prefix(code)
     if kind != "stdio":
@@ -1296,14 +1281,9 @@ _EXEMPLAR_FIELDS = ("problem", "plan", "code")
 
 
 def _retrieval_key(label):
-    label = label.lower()
-    if "algorithm" in label:
-        return "algorithm"
-    if label.startswith("plan"):
-        return "plan"
-    if label in ("tutorial", "code"):
-        return label
-    return "problem"  # example, example problem, similar problem, problem
+    """The field a _RETRIEVAL_LABEL label fills: the first of these words it contains ("planning" -> "plan"), else
+    "problem" (example, example problem, similar problem, problem)."""
+    return next((key for key in ("algorithm", "plan", "tutorial", "code") if key in label.lower()), "problem")
 
 
 def _exemplar_for(exemplars, current, key, num):
@@ -1359,18 +1339,15 @@ def parse_retrieval(text, prefix=RETRIEVAL_PREFIX, k=None):
             target = current[key]
         if rest:
             target.append(rest)
-    out = {"algorithm": " ".join(" ".join(algorithm).split()), "tutorial": "\n".join(tutorial).strip(), "exemplars": []}
-    seen = set()
+    unique = {}  # each exemplar's text up to whitespace -> the first exemplar with that text
     for e in exemplars:
         ex = {f: "\n".join(e[f]).strip() for f in _EXEMPLAR_FIELDS}
-        key = tuple(" ".join(v.split()) for v in ex.values())
         # our choice: an exact repeat (up to whitespace) is dropped, because it would only cost a duplicate plan;
         # small models often repeat one exemplar until the token cap.
-        if any(ex.values()) and key not in seen:
-            seen.add(key)
-            out["exemplars"].append(ex)
-    out["exemplars"] = out["exemplars"][:k]
-    return out
+        if any(ex.values()):
+            unique.setdefault(tuple(" ".join(v.split()) for v in ex.values()), ex)
+    return {"algorithm": " ".join(" ".join(algorithm).split()), "tutorial": "\n".join(tutorial).strip(),
+            "exemplars": list(unique.values())[:k]}
 
 
 # A confidence line: "Confidence: 85", "**Confidence score**: 0.9", "confidence = 8/10", "Confidence 70%".
@@ -1399,10 +1376,8 @@ def parse_confidence(value):
         elif not m.group(2) and "." in m.group(1) and x <= 1.0:
             x *= 100.0
         return x if 0.0 <= x <= 100.0 else None
-    for word in sorted(_CONFIDENCE_WORDS, key=len, reverse=True):  # "very high" before "high"
-        if s.startswith(word):
-            return _CONFIDENCE_WORDS[word]
-    return None
+    words = sorted(_CONFIDENCE_WORDS, key=len, reverse=True)  # "very high" before "high"
+    return next((_CONFIDENCE_WORDS[word] for word in words if s.startswith(word)), None)
 
 
 def plan_with_confidence(text, prefix=PLAN_PREFIX):
@@ -1422,8 +1397,8 @@ def rank_plans(plans, unrated=0.0):
     unrated: our choice 0, the score of a plan without a usable confidence: it goes after every rated plan
     (a plan that ignores the format is more often a degenerate one) but keeps its order among the unrated.
     """
-    order = sorted(range(len(plans)), key=lambda i: -(plans[i][1] if plans[i][1] is not None else unrated))
-    return [plans[i][0] for i in order]
+    ranked = sorted(plans, key=lambda pc: -(pc[1] if pc[1] is not None else unrated))  # stable: ties keep order
+    return [plan for plan, _ in ranked]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1553,18 +1528,11 @@ def check_public(problems, programs, pool):
     A program with no code is not run (feedback says so). A problem with no public tests counts as
     passed: there is nothing to repair from, and hidden tests must never leak into a prompt.
     """
-    out = [None] * len(programs)
-    jobs, where = [], []
-    for k, (p, prog) in enumerate(zip(problems, programs)):
-        if not p.public_tests:
-            out[k] = (True, "")
-        elif not prog.strip():
-            out[k] = (False, NO_CODE_FEEDBACK)
-        else:
-            jobs.append(problem_job(p, prog, p.public_tests))
-            where.append(k)
-    results = pool.run(jobs) if jobs else []
-    for k, job, res in zip(where, jobs, results):
+    # The verdict without a run; the entries of the programs that do run are replaced below.
+    out = [(True, "") if not p.public_tests else (False, NO_CODE_FEEDBACK) for p in problems]
+    where = [k for k, (p, prog) in enumerate(zip(problems, programs)) if p.public_tests and prog.strip()]
+    jobs = [problem_job(problems[k], programs[k], problems[k].public_tests) for k in where]
+    for k, job, res in zip(where, jobs, pool.run(jobs) if jobs else []):
         ok = res.verdict == "passed"
         out[k] = (ok, "" if ok else feedback(job, res))
     return out
@@ -1628,14 +1596,12 @@ def mapcoder(team, problems, ctxs, n, temperature, generator):
         verdicts = check_public([runs[r][0] for r in active], [state[r]["program"] for r in active], team.pool)
         for r, (ok, fb) in zip(active, verdicts):
             s = state[r]
-            if ok:
-                s["done"] = True
-            elif s["this_plan"] < team.mapcoder_t:
+            if not ok and s["this_plan"] < team.mapcoder_t:
                 s["feedback"] = fb  # debug this program next round
-            elif s["plan_index"] + 1 < len(runs[r][2]):
+            elif not ok and s["plan_index"] + 1 < len(runs[r][2]):
                 s.update(plan_index=s["plan_index"] + 1, this_plan=0, feedback="", program=None)
             else:
-                s["done"] = True
+                s["done"] = True  # it passed, or its rounds and plans are spent
     # A run that moved to a new plan is always coded in the next round, so `program` is the last program written.
     return [dict(program=s["program"] or "", raw=s["raw"], plan=runs[r][2][s["plan_index"]], rounds=s["rounds"])
             for r, s in enumerate(state)]
