@@ -681,8 +681,9 @@ def parse_args(argv=None):
                         "says nothing, generic-plan one fixed plan of jargon that passes the format gate, "
                         "restatement the problem's statement and first example, other-plan the plan of the next "
                         "problem in the list. planner-coder-plain: the Planner asked for the four parts by name, "
-                        "without the skeleton (a format control); planner-coder-restate: its answer starts with the "
-                        "restatement, it adds the steps (the Planner that starts from the control); given-plan: "
+                        "without the skeleton (a format control); planner-coder-restate, -conditions, -worked: its "
+                        "answer starts with the restatement, it adds the steps, only the Conditions and Loops, or "
+                        "works the example through (Planners that start from the control); given-plan: "
                         "the Coder given the plans of another run (--plans-from; 'all' includes it only then)")
     p.add_argument("--plans-from", default=None, metavar="FILE",
                    help="given-plan: a <row>.jsonl of an earlier run whose samples carry plans (e.g. "

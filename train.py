@@ -163,8 +163,9 @@ def grpo_flags(p):
                    help="the Planner's prompt, in training and in its held-out eval: skeleton (the four parts as a "
                         "template to fill in; evaluate.py's planner-coder) or plain (the parts by name, no template "
                         "to copy; evaluate.py's planner-coder-plain; the untrained plain prompt needs ~256 plan "
-                        "tokens) or restate (its answer starts with the problem's restatement, the Planner adds the "
-                        "steps; planner-coder-restate). our choice of default: skeleton, what the first runs used "
+                        "tokens), or one that starts from the problem's restatement (its answer is pre-filled with it): "
+                        "restate (the Planner adds the steps), conditions (only the Conditions and Loops), worked "
+                        "(it works the example through); evaluate.py's planner-coder-<name>. our choice of default: skeleton, what the first runs used "
                         "(default: skeleton)")
     p.add_argument("--beta", type=at_least(0.0, float), default=0.04, help="KL coefficient (DeepSeekMath: 0.04)")
     p.add_argument("--clip-eps", type=at_least(0.0, float), default=0.2,
@@ -228,9 +229,9 @@ def check_args(args):
                          "set --downstream-temperature > 0")
     if args.blind_weight and args.stage != "planner":
         raise UsageError("--blind-weight scores Planner plans: it needs --stage planner")
-    if args.blind_weight and args.planner_prompt == "restate":
-        raise UsageError("--blind-weight with --planner-prompt restate: the plan's pre-filled restatement would show "
-                         "the blind Coder the statement it hides")
+    if args.blind_weight and agents.PLANNER_TEMPLATES[args.planner_prompt] in agents.RESTATE_PREFILLS:
+        raise UsageError(f"--blind-weight with --planner-prompt {args.planner_prompt}: the plan's pre-filled "
+                         "restatement would show the blind Coder the statement it hides")
     if args.planner_model and "planner" not in STAGES[args.stage]["chain"]:
         raise UsageError(f"--planner-model: stage {args.stage} has no Planner (stages with one: "
                          f"{', '.join(s for s, d in STAGES.items() if 'planner' in d['chain'])})")

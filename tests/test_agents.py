@@ -663,13 +663,17 @@ def test_each_ablation_gives_the_coder_its_text(tiny, monkeypatch, method, has, 
     assert all(text in prompt for text in has) and not any(text in prompt for text in lacks), prompt
 
 
-def test_the_restate_planner_starts_from_the_restatement_and_the_coder_sees_it_with_the_added_steps(tiny, monkeypatch):
+@pytest.mark.parametrize("name, then, asks", [("restate", " 2.", "add the numbered steps"),
+                                              ("conditions", "\nConditions:", "add only the Conditions part"),
+                                              ("worked", " 2. On the example,", "work the example through")])
+def test_a_planner_that_starts_from_the_restatement_adds_its_part_and_the_coder_sees_the_whole_plan(
+        tiny, monkeypatch, name, then, asks):
     calls = _record_sample(monkeypatch)
-    (attempt,), = roles.run_method(team(tiny), "planner-coder-restate", [assert_problem()], n=1, temperature=0.0)
+    (attempt,), = roles.run_method(team(tiny), f"planner-coder-{name}", [assert_problem()], n=1, temperature=0.0)
     (planner_prompts, _, _), (coder_prompts, _, _) = calls
-    prefix = roles.restatement_plan(assert_problem()) + " 2."
-    assert planner_prompts[0].endswith(prefix) and "The problem is restated for you" in planner_prompts[0]
-    assert attempt.plan.startswith(roles.restatement_plan(assert_problem())) and attempt.plan in coder_prompts[0]
+    prefix = roles.restatement_plan(assert_problem()) + then
+    assert planner_prompts[0].endswith(prefix) and asks in planner_prompts[0]
+    assert attempt.plan.startswith(prefix) and attempt.plan in coder_prompts[0]
 
 
 def test_a_restate_plan_passes_the_gate_only_when_the_planner_adds_content():

@@ -138,7 +138,8 @@ def test_stage_coder_without_planner_adapter_is_a_clear_error(tiny_model_dir, mb
 
 @pytest.mark.parametrize("bad", [["--model", "/no/such/model"], ["--group-size", "0"], ["--data", "/no/such.jsonl"],
                                  ["--bench-option", "time_facter=2"], ["--group-size", "1"], ["--lr", "-1"],
-                                 ["--planner-prompt", "restate", "--blind-weight", "1"]])
+                                 ["--planner-prompt", "restate", "--blind-weight", "1"],
+                                 ["--planner-prompt", "worked", "--blind-weight", "1"]])
 def test_bad_input_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, bad):
     argv = small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path) + bad
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], capture_output=True, text=True,
@@ -270,8 +271,9 @@ def test_the_planner_prompt_is_the_skeleton_one_unless_asked():
     assert args.planner_prompt == "skeleton" and train.eval_method(args) == "planner-coder"
     assert train.eval_method(train.get_args(["--stage", "planner", "--planner-prompt", "plain"])) == \
         "planner-coder-plain"
-    assert train.eval_method(train.get_args(["--stage", "planner", "--planner-prompt", "restate"])) == \
-        "planner-coder-restate"
+    for name in ("restate", "conditions", "worked"):
+        assert train.eval_method(train.get_args(["--stage", "planner", "--planner-prompt", name])) == \
+            f"planner-coder-{name}"
     assert train.eval_method(train.get_args(["--stage", "direct", "--planner-prompt", "plain"])) == "direct"
 
 
