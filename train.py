@@ -533,8 +533,10 @@ def start(args):
 
 # Flags a resumed run may change: they decide how long it runs, where and how often it reports, not what it learns.
 # Every other setting must equal the checkpointed run's (settings.json), or the resumed run would not continue it.
+# --micro-batch and --grad-ckpt trade memory for time (the same gradient, up to summation order): a run killed for
+# memory continues with a smaller micro-batch or with checkpointing on.
 RESUME_MAY_CHANGE = {"resume", "num_steps", "out", "workers", "device", "save_every", "keep_last", "eval_every",
-                     "eval_limit", "eval_batch_size", "adapter", "bench_kwargs",
+                     "eval_limit", "eval_batch_size", "adapter", "bench_kwargs", "micro_batch", "grad_ckpt",
                      "allow_unisolated", "allow_uncounted"}
 
 

@@ -207,8 +207,18 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_model_dir, toy_mbpp,
     start_and_stop(cmd, killed, tmp_path / "log", signal.SIGKILL,
                    lambda log: os.path.isdir(killed / "checkpoints" / "step_000002"))
     assert os.path.isdir(killed / "checkpoints" / "step_000002") and not os.path.isdir(killed / "final")
-    subprocess.run(cmd + ["--resume"], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    # a run killed for memory continues with checkpointing on: the same run
+    subprocess.run(cmd + ["--resume", "--grad-ckpt"], cwd=ROOT, check=True, capture_output=True, timeout=300)
     assert_same_run(killed, toy_full)
+
+
+def test_memory_flags_do_not_change_the_settings_a_resume_checks(tiny_model_dir, mbpp_path, tmp_path):
+    def settings(*extra):
+        args = train.get_args(small(tiny_model_dir, tmp_path / "r", "planner", mbpp_path, extra=extra))
+        train.check_args(args)
+        return train.run_settings(args)
+    assert settings("--micro-batch", "2", "--grad-ckpt") == settings()
+    assert settings("--lr", "3e-4") != settings()  # what it learns is still checked
 
 
 def test_sigterm_mid_step_keeps_every_completed_step_and_resumes_exactly(tiny_model_dir, toy_mbpp, tmp_path,
