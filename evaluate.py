@@ -204,6 +204,9 @@ def cli(run, args, interrupted):
     UsageError is one `error:` line and exit status 2; Ctrl-C or SIGTERM says what is saved and how to continue
     (interrupted() -> text), 130 or 143; under torchrun another exception is one line naming the rank, 1."""
     sys.stdout.reconfigure(line_buffering=True)
+    # tqdm makes its write lock on first use; Ctrl-C inside that leaves tqdm half set up and the next write raises
+    # AttributeError instead of the KeyboardInterrupt. Made here, before any work, no stop can land in it.
+    tqdm.get_lock()
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     rank, world, args.device = grpo.dist_setup(args.device)
     where = f"rank {rank}: " if world > 1 else ""

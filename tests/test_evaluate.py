@@ -545,6 +545,15 @@ def test_ctrl_c_is_one_line_saying_the_same_command_continues(monkeypatch, tmp_p
     assert len(err) == 1 and "same command continues" in err[0] and str(tmp_path / "o") in err[0]
 
 
+def test_the_progress_lock_exists_before_the_run_starts(monkeypatch, tmp_path):
+    # A Ctrl-C inside tqdm's first lock creation once left tqdm without its lock (AttributeError, a traceback, exit
+    # 1): both scripts make it before any work, so a stop cannot land there.
+    seen = []
+    monkeypatch.delattr(evaluate.tqdm, "_lock", raising=False)
+    monkeypatch.setattr(evaluate, "evaluate", lambda args: seen.append(hasattr(evaluate.tqdm, "_lock")))
+    assert evaluate.main(["--out", str(tmp_path / "o")]) == 0 and seen == [True]
+
+
 def test_a_log_file_gets_one_progress_line_per_chunk(tiny_model_dir, mbpp_path, tmp_path, capsys):
     argv = FAST + ["--method", "direct", "--batch-size", "1", "--model", tiny_model_dir, "--data", mbpp_path,
                    "--out", str(tmp_path / "o")]
