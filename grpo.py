@@ -5,8 +5,7 @@ model serves every agent and "all adapters off" is the KL reference (the same we
 copy); adapters are saved and loaded in PEFT's file format. Per-layer activation checkpointing,
 active only while training with grad. The objective as pure tensor functions: per-token log-probs
 of completions (never the full (B, T, V) float32 logits), group-normalised advantages, the k3 KL
-and the clipped surrogate in DeepSeekMath's form. Last, the few torch.distributed helpers a
-torchrun launch needs.
+and the clipped surrogate in DeepSeekMath's form.
 
 What it is not: a trainer (train.py glues problems, sampling, rewards and the optimizer); no
 quantisation, no LoRA variants (DoRA, rsLoRA, biases), no merging for export (the saved adapter is
@@ -40,7 +39,6 @@ import re
 import types
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -149,8 +147,7 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS,
     models and the paper's values are unknown. dtype=float32: our choice, because LoRA updates at
     lr ~1e-5 vanish in bf16 (PEFT's autocast_adapter_dtype does the same). The first adapter added
     becomes active (like peft.get_peft_model); later ones do not (like PeftModel.add_adapter):
-    select them with `use_adapter`. Under a process group (torchrun) every rank must call it
-    alike: the new adapter is broadcast from rank 0.
+    select them with `use_adapter`.
     """
     # Adapter names become keys of nn.ParameterDict: no dots, and not one of the dict's own
     # attribute names.
@@ -179,11 +176,6 @@ def add_lora(model, name, r=16, alpha=32, dropout=0.0, targets=DEFAULT_TARGETS,
     for pname, p in model.named_parameters():
         p.requires_grad_(".lora_A." in pname or ".lora_B." in pname)
     _set_active(model, previous)  # every wrapper, old or new, agrees on the active adapter again
-    # Under torchrun each rank drew A from its own RNG: start every rank from rank 0's adapter (one
-    # collective per tensor, at set-up only), so the ranks train one model.
-    if rank_and_world()[1] > 1:
-        for p in lora_parameters(model, name):
-            dist.broadcast(p.data, src=0)
 
 
 def active_adapter(model):
@@ -630,92 +622,3 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=0.04, clip_eps=0.
             "entropy": tok_mean(-logp),
         }
     return loss, stats
-
-
-# ---- 6. Plumbing for torchrun; single-process runs never call a collective ---------------------
-# Data parallel: rank r of W takes a contiguous share of the rows, gradients are summed and metrics
-# gathered. Under plain `python` (no WORLD_SIZE) no process group exists and every helper below is
-# the identity. train.py scales each rank's loss by its share of rows, so that summed gradients
-# equal those of one process.
-
-
-def dist_setup(device=None):
-    """(rank, world, device): join torchrun's process group when WORLD_SIZE > 1; else (0, 1,
-    device).
-
-    device: the run's --device; None is cuda when CUDA is visible, else cpu, and under torchrun
-    any CUDA device ("cuda", "cuda:0", ...) means cuda:LOCAL_RANK: one GPU per rank (pick the
-    GPUs with CUDA_VISIBLE_DEVICES); an explicit index kept as given would put every rank on one
-    GPU, where nccl fails at the first collective. The backend follows that device, not
-    torch.cuda.is_available(): nccl for a CUDA device (it has no CPU backend, so every tensor
-    given to a collective must sit on the run's device), gloo for a CPU one (`--device cpu` on a
-    CUDA machine)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if world <= 1:
-        return 0, 1, device
-    if torch.device(device).type == "cuda":
-        device = f"cuda:{local}"
-    if not dist.is_initialized():
-        if torch.device(device).type == "cuda":
-            torch.cuda.set_device(device)  # nccl and all_gather_object use the current device
-        dist.init_process_group("nccl" if torch.device(device).type == "cuda" else "gloo")
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def dist_teardown():
-    """Leave the process group at exit: torch warns about, and nccl may hang on, a group never
-    destroyed."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def rank_and_world():
-    """(rank, world size) of this process: (0, 1) without a process group."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def shard(items, rank=None, world=None):
-    """Rank `rank`'s contiguous share of `items` (sizes differ by at most one, earlier ranks get
-    the extra): concatenating the shares in rank order gives `items` back, so gathered results
-    keep the global order."""
-    if rank is None:
-        rank, world = rank_and_world()
-    n, extra = divmod(len(items), world)
-    start = rank * n + min(rank, extra)
-    return items[start:start + n + (rank < extra)]
-
-
-def gather(obj):
-    """[obj of rank 0, obj of rank 1, ...] on every rank (any picklable object); [obj] without a
-    process group."""
-    world = rank_and_world()[1]
-    if world == 1:
-        return [obj]
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def from_rank0(obj):
-    """Rank 0's obj on every rank (a decision all ranks must share, e.g. what rank 0 read from
-    its disk); obj itself without a process group."""
-    if rank_and_world()[1] == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def all_reduce_sum_(tensors):
-    """Sum tensors in place over the ranks (one flat buffer, one collective); a no-op without a
-    process group."""
-    if rank_and_world()[1] == 1 or not tensors:
-        return
-    flat = torch.cat([t.reshape(-1).float() for t in tensors])  # (sum of numels,)
-    dist.all_reduce(flat)
-    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
-        t.copy_(part.view_as(t))

@@ -21,14 +21,6 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_planner_model_dir(tmp_path_factory):
-    """A second tiny model with the same tokenizer but other weights and a wider hidden size, for --planner-model:
-    an adapter trained on it cannot load onto tiny_model_dir's model, and (a larger init) its plans differ."""
-    return build_tiny_model(str(tmp_path_factory.mktemp("tiny-planner")), seed=1, num_layers=3, hidden=96,
-                            init_std=0.3)
-
-
-@pytest.fixture(scope="session")
 def mbpp_path():
     """Path of the shared MBPP file; tests that need it skip cleanly when it is absent."""
     path = os.environ.get("CORECODE_MBPP", MBPP_PATH)

@@ -9,6 +9,8 @@ import ast
 import pytest
 
 import agents as roles
+import evaluate
+from evaluate import run_method
 from data import Problem
 
 
@@ -76,7 +78,14 @@ def test_planner_prompt_has_chat_template_problem_and_four_sections(tiny):
     assert prompt.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in prompt
     assert "Write a function to add two numbers" in prompt and "assert add_nums(1, 2) == 3" in prompt
     assert all(part in prompt for part in roles.PLAN_PARTS)
-    assert prompt.endswith("<|im_start|>assistant\n" + roles.PLAN_PREFIX)
+
+
+def test_the_planner_answer_is_prefilled_with_the_restatement_up_to_the_conditions_label(tiny):
+    _, tok = tiny
+    p = assert_problem()
+    prompt = roles.planner_prompt(tok, p)
+    prefill = roles.restatement_plan(p) + roles.PLANNER_PREFILL_END
+    assert prompt.endswith("<|im_start|>assistant\n" + prefill)
 
 
 def test_coder_prompt_contains_problem_plan_and_format(tiny):
@@ -87,23 +96,7 @@ def test_coder_prompt_contains_problem_plan_and_format(tiny):
     assert "`add_nums`" in prompt and "no example usage" in prompt
 
 
-def test_the_blind_coder_prompt_keeps_plan_examples_and_name_but_not_the_statement(tiny):
-    _, tok = tiny
-    plan = "Input/Output: two ints. Steps: 1. add. Conditions: none. Loops: none."
-    prompt = roles.coder_prompt(tok, roles.blind_problem(assert_problem()), plan)
-    assert plan in prompt and "assert add_nums(1, 2) == 3" in prompt and "`add_nums`" in prompt
-    assert "add two numbers" not in prompt and roles.BLIND_STATEMENT in prompt
-
-
-def test_the_blind_coder_refuses_a_problem_whose_starter_code_shows_the_task():
-    sig = 'def add_nums(a, b):\n    """Add two numbers."""\n'
-    p = assert_problem()
-    p.statement, p.starter_code = sig, sig
-    with pytest.raises(ValueError, match="starter code"):
-        roles.blind_problem(p)
-
-
-@pytest.mark.parametrize("template", [roles.DIRECT_PROMPT, *roles.DIRECT_TEMPLATES.values()])
+@pytest.mark.parametrize("template", [roles.DIRECT_PROMPT, *roles.REASONING_PROMPTS.values()])
 def test_single_answer_prompts_contain_problem(tiny, template):
     _, tok = tiny
     prompt = roles.direct_prompt(tok, stdio_problem(), template)
@@ -265,12 +258,12 @@ def team(tiny, **kw):
     return roles.Team(*tiny, **{**TOKENS, **kw})
 
 
-@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "planner-coder-plain",
-                                    "planner-coder-restate", "content-free-plan", "other-plan"])
+@pytest.mark.parametrize("method", ["direct", "cot", "scot", "planner-coder", "content-free-plan",
+                                    "generic-plan", "restatement", "other-plan"])
 def test_method_returns_n_attempts_per_problem(tiny, method):
     model, tok = tiny
     problems = [assert_problem(0), stdio_problem(), assert_problem(2)]
-    out = roles.run_method(team(tiny), method, problems, n=2, temperature=1.0)
+    out = run_method(team(tiny), method, problems, n=2, temperature=1.0)
     assert len(out) == 3 and all(len(a) == 2 for a in out)
     assert all(isinstance(x.program, str) and isinstance(x.raw, str) and isinstance(x.plan, str) for a in out for x in a)
 
@@ -296,10 +289,10 @@ def test_planner_coder_one_sample_call_per_stage_and_plans_reach_coder(tiny, mon
     real = roles.acting
     monkeypatch.setattr(roles, "acting", lambda team, role: roles_seen.append(role) or real(team, role))
     problems = [assert_problem(0), assert_problem(1)]
-    out = roles.run_method(team(tiny), "planner-coder", problems, n=3, temperature=1.0)
+    out = run_method(team(tiny), "planner-coder", problems, n=3, temperature=1.0)
     assert roles_seen == ["planner", "coder"] and len(calls) == 2
     (plan_prompts, g, stop), (code_prompts, g2, _) = calls
-    assert len(plan_prompts) == 2 and g == 3 and stop == list(roles.PLANNER_STOP)
+    assert len(plan_prompts) == 2 and g == 3 and tuple(stop) == roles.PLANNER_STOP
     assert len(code_prompts) == 6 and g2 == 1  # one program per thought, problem-major
     for k, prompt in enumerate(code_prompts):
         attempt = out[k // 3][k % 3]
@@ -310,9 +303,10 @@ def test_planner_coder_one_sample_call_per_stage_and_plans_reach_coder(tiny, mon
 def test_content_free_plan_gives_every_problem_the_same_fixed_plan_without_a_planner(tiny, monkeypatch):
     model, tok = tiny
     calls = _record_sample(monkeypatch)
-    out = roles.run_method(team(tiny), "content-free-plan", [assert_problem(0), assert_problem(1)], n=1,
+    out = run_method(team(tiny), "content-free-plan", [assert_problem(0), assert_problem(1)], n=1,
                            temperature=0.0)
-    assert len(calls) == 1 and calls[0][2] is None  # one Coder call, no Planner call (no plan stop strings)
+    # One Coder call, no Planner call (no plan stop strings).
+    assert len(calls) == 1 and not calls[0][2]
     assert [a.plan for (a,) in out] == [roles.CONTENT_FREE_PLAN] * 2
     assert all(roles.CONTENT_FREE_PLAN in prompt for prompt in calls[0][0])
 
@@ -321,7 +315,8 @@ def test_other_plan_codes_each_problem_from_its_donors_plan(tiny, monkeypatch):
     model, tok = tiny
     calls = _record_sample(monkeypatch)
     problems = [assert_problem(0), assert_problem(1), assert_problem(2)]
-    out = roles.run_method(team(tiny), "other-plan", problems, n=1, temperature=0.0, donors=problems[1:] + problems[:1])
+    out = run_method(team(tiny), "other-plan", problems, n=1, temperature=0.0,
+                     donors=problems[1:] + problems[:1])
     plan_prompts, code_prompts = calls[0][0], calls[1][0]
     # The Planner wrote for the donors (1, 2, 0); the Coder of problem i saw problem i's statement and donor i's plan.
     assert [f"(variant {k})" in p for k, p in zip((1, 2, 0), plan_prompts)] == [True] * 3
@@ -331,9 +326,9 @@ def test_other_plan_codes_each_problem_from_its_donors_plan(tiny, monkeypatch):
 def test_other_plan_refuses_a_problem_as_its_own_donor(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="one other problem"):
-        roles.run_method(team(tiny), "other-plan", [assert_problem(0)], donors=[assert_problem(0)])
+        run_method(team(tiny), "other-plan", [assert_problem(0)], donors=[assert_problem(0)])
     with pytest.raises(ValueError, match="at least 2"):
-        roles.run_method(team(tiny), "other-plan", [assert_problem(0)])
+        run_method(team(tiny), "other-plan", [assert_problem(0)])
 
 
 def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(tiny, monkeypatch):
@@ -341,9 +336,10 @@ def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(ti
     calls = _record_sample(monkeypatch)
     problems = [assert_problem(0), assert_problem(1)]
     given = [[("Plan A0", False), ("Plan A1", True)], [("Plan B0", False), ("Plan B1", False)]]
-    out = roles.run_method(team(tiny), "given-plan", problems, n=2, temperature=1.0, plans=given)
-    assert len(calls) == 1 and calls[0][2] is None  # one Coder call, no Planner call (no plan stop strings)
-    assert [[(a.plan, a.plan_cut) for a in atts] for atts in out] == given
+    out = run_method(team(tiny), "given-plan", problems, n=2, temperature=1.0, plans=given)
+    # One Coder call, no Planner call (no plan stop strings).
+    assert len(calls) == 1 and not calls[0][2]
+    assert [[(a.plan, a.plan_truncated) for a in atts] for atts in out] == given
     # Problem-major: problem i's prompts hold its own statement and its own plans.
     assert all(f"(variant {k // 2})" in prompt and given[k // 2][k % 2][0] in prompt
                for k, prompt in enumerate(calls[0][0]))
@@ -352,23 +348,24 @@ def test_given_plan_codes_each_problem_from_its_given_plans_without_a_planner(ti
 def test_given_plan_refuses_plans_that_are_not_n_per_problem(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="n plans per problem"):
-        roles.run_method(team(tiny), "given-plan", [assert_problem(0)], n=2, plans=[[("Plan", False)]])
+        run_method(team(tiny), "given-plan", [assert_problem(0)], n=2, plans=[[("Plan", False)]])
     with pytest.raises(ValueError, match="n plans per problem"):
-        roles.run_method(team(tiny), "given-plan", [assert_problem(0)], n=1)
+        run_method(team(tiny), "given-plan", [assert_problem(0)], n=1)
 
 
-def test_a_plan_that_runs_into_the_budget_is_marked_cut(tiny):
+def test_a_plan_that_runs_into_its_token_limit_is_marked_truncated(tiny):
     model, tok = tiny
-    # The tiny random model never stops within 6 tokens (no EOS, no stop string): every plan is cut at the budget.
-    (a,), = roles.run_method(team(tiny), "planner-coder", [assert_problem(0)], n=1, temperature=0.0)
-    assert a.plan_cut
-    (b,), = roles.run_method(team(tiny), "content-free-plan", [assert_problem(0)], n=1, temperature=0.0)
-    assert not b.plan_cut
+    # The tiny random model never stops within 6 tokens (no EOS, no stop string): every plan is
+    # truncated.
+    (a,), = run_method(team(tiny), "planner-coder", [assert_problem(0)], n=1, temperature=0.0)
+    assert a.plan_truncated
+    (b,), = run_method(team(tiny), "content-free-plan", [assert_problem(0)], n=1, temperature=0.0)
+    assert not b.plan_truncated
 
 
 def test_same_seed_same_attempts(tiny):
     model, tok = tiny
-    run = lambda seed: [a.raw for atts in roles.run_method(team(tiny), "cot", [assert_problem()], n=2,
+    run = lambda seed: [a.raw for atts in run_method(team(tiny), "cot", [assert_problem()], n=2,
                                                            temperature=1.0, seed=seed) for a in atts]
     assert run(1) == run(1)
 
@@ -376,7 +373,7 @@ def test_same_seed_same_attempts(tiny):
 def test_unknown_method_is_a_clear_error(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="unknown method"):
-        roles.run_method(team(tiny), "magic", [assert_problem()])
+        run_method(team(tiny), "magic", [assert_problem()])
 
 
 def test_reflexion_repairs_only_failing_attempts_from_public_feedback(tiny, monkeypatch):
@@ -391,7 +388,8 @@ def test_reflexion_repairs_only_failing_attempts_from_public_feedback(tiny, monk
 
     monkeypatch.setattr(roles, "check_public", fake_check)
     problems = [assert_problem(0), assert_problem(1)]
-    out = roles.run_method(team(tiny, pool=object(), repair_rounds=2), "reflexion", problems, n=2, temperature=1.0)
+    out = run_method(team(tiny, pool=object(), repair_rounds=2), "reflexion", problems, n=2,
+                     temperature=1.0)
     assert checked == [["mbpp/0", "mbpp/0", "mbpp/1", "mbpp/1"], ["mbpp/0", "mbpp/0"]]
     assert [len(c[0]) for c in calls] == [2, 2, 2]  # direct for both, then two repair rounds for problem 0's two attempts
     assert all("public feedback for mbpp/0" in prompt for prompt in calls[1][0] + calls[2][0])
@@ -421,8 +419,8 @@ def test_reflexion_with_real_sandbox_never_leaks_hidden_tests(tiny, monkeypatch)
     calls = _record_sample(monkeypatch)
     # The tiny model writes no working code, so every attempt fails its public test and gets repaired.
     with sandbox.SandboxPool(1) as pool:
-        out = roles.run_method(team(tiny, pool=pool, repair_rounds=1), "reflexion", [assert_problem(), stdio_problem()],
-                               n=1, temperature=1.0)
+        out = run_method(team(tiny, pool=pool, repair_rounds=1), "reflexion",
+                         [assert_problem(), stdio_problem()], n=1, temperature=1.0)
     assert len(calls) == 2 and len(calls[1][0]) == 2 and all(a[0].rounds == 1 for a in out)
     prompts = [p for c in calls for p in c[0]]
     assert not any("HIDDEN-ONLY" in p or "5 7" in p for p in prompts)
@@ -442,8 +440,8 @@ def test_real_model_plans_follow_the_format_and_code_parses(mbpp_path):
 
     model, tok = roles.load_model(real)
     problems = data.load("mbpp", mbpp_path, split="validation", limit=2)
-    out = roles.run_method(roles.Team(model, tok, max_new_tokens=256, plan_max_new_tokens=200), "planner-coder",
-                           problems, n=1, temperature=0.0)
+    big = roles.Team(model, tok, max_new_tokens=256, plan_max_new_tokens=200)
+    out = run_method(big, "planner-coder", problems, n=1, temperature=0.0)
     for (a,) in out:
         assert list(roles.plan_parts(a.plan)) == [s.lower() for s in roles.PLAN_PARTS] and "```" not in a.plan
         assert a.program and ast.parse(a.program)
@@ -462,18 +460,21 @@ def test_plan_placeholders_finds_copied_skeleton_text(plan, copied):
     assert roles.plan_placeholders(plan) == copied
 
 
-def test_plan_check_needs_input_output_and_steps_and_no_placeholder():
+def test_gate_label_needs_input_output_and_steps_and_no_placeholder():
     good = ("Input/Output: a list of ints; their sum.\nSteps: 1. Start the total at zero.\n2. Add each number to it.\n"
             "Conditions: an empty list gives zero.\nLoops: over the list once.")
-    assert roles.plan_check(good) == "ok"
-    assert roles.plan_check(good.replace("\nLoops: over the list once.", "")) == "ok"  # absent = none
+    assert roles.gate_label(good) == "ok"
+    absent_loops = good.replace("\nLoops: over the list once.", "")
+    assert roles.gate_label(absent_loops) == "ok"  # absent = none
     no_steps = "Input/Output: a list of ints; their sum.\nConditions: an empty list gives zero.\nLoops: over the list."
-    assert roles.plan_check(no_steps) == "missing parts"
-    assert roles.plan_check(good.replace("Input/Output: a list of ints; their sum.\n", "")) == "missing parts"
-    assert roles.plan_check(good.replace("Add each number to it", "<next step>")) == "placeholder"
-    # The untrained Planner's greedy format (the skeleton prompt with the pre-filled label) passes when filled in.
-    assert "ok" == roles.plan_check(roles.clean_plan(" a list; the sum.\nSteps: 1. Add the numbers up.\n"
-                                                 "2. Return the total sum.\nConditions: none.\nLoops: once."))
+    assert roles.gate_label(no_steps) == "missing parts"
+    no_io = good.replace("Input/Output: a list of ints; their sum.\n", "")
+    assert roles.gate_label(no_io) == "missing parts"
+    assert roles.gate_label(good.replace("Add each number to it", "<next step>")) == "placeholder"
+    # A plan after the pre-filled label alone (MapCoder's Planner's form) passes when filled in.
+    filled = roles.clean_plan(" a list; the sum.\nSteps: 1. Add the numbers up.\n"
+                              "2. Return the total sum.\nConditions: none.\nLoops: once.")
+    assert roles.gate_label(filled) == "ok"
 
 
 @pytest.mark.parametrize("plan", [
@@ -482,8 +483,8 @@ def test_plan_check_needs_input_output_and_steps_and_no_placeholder():
     "Input/Output: (5, 6, 7, 4, 9), \"FDF\"\nSteps: [5, 'FDF', 6, 'FDF']\nConditions: None\nLoops: None",
     "Input/Output: a list.\nSteps: 1. Sort it now please.\n2. Return the last one.\nConditions: 4 > 0\nLoops: x",
 ])
-def test_plan_check_refuses_labels_without_content(plan):
-    assert roles.plan_check(plan) not in ("ok", "cut")
+def test_gate_label_refuses_labels_without_content(plan):
+    assert roles.gate_label(plan) not in ("ok", "truncated")
 
 
 # Plans that say nothing about their problem: well formed, every part filled, and useless to the Coder. The first three
@@ -550,57 +551,63 @@ INFORMATIVE = [
 
 @pytest.mark.parametrize("plan", CONTENT_FREE)
 def test_the_format_gate_refuses_a_content_free_plan(plan):
-    assert roles.plan_check(plan) == "content-free"
+    assert roles.gate_label(plan) == "content-free"
 
 
 @pytest.mark.parametrize("plan", INFORMATIVE)
 def test_the_format_gate_passes_an_informative_plan(plan):
-    assert roles.plan_check(plan) == "ok"
+    assert roles.gate_label(plan) == "ok"
 
 
 def test_a_plan_that_repeats_a_part_is_refused():
     # A plan that finishes its four parts and starts again until the cap would otherwise read as finished.
     once = ("Input/Output: a list of ints; their sum.\nSteps: 1. Add each number to a running total.\n"
             "Conditions: an empty list gives 0.\nLoops: over the list once.")
-    assert roles.plan_check(once) == "ok"
-    assert roles.plan_check(once + "\n" + once, cut=True) == "repeated part"
+    assert roles.gate_label(once) == "ok"
+    assert roles.gate_label(once + "\n" + once, truncated=True) == "repeated part"
 
 
 @pytest.mark.parametrize("steps", ["1. Proceed.", "1. Add each number to a running total. 2. Proceed."])
 def test_a_one_word_step_is_refused(steps):
     # "Proceed" passed the step rule as three two-letter words before the rule matched whole words.
-    assert roles.plan_check(f"Input/Output: a list of ints; their sum.\nSteps: {steps}") == "empty step"
+    plan = f"Input/Output: a list of ints; their sum.\nSteps: {steps}"
+    assert roles.gate_label(plan) == "empty step"
 
 
 def test_arrows_asides_and_apostrophes_are_not_content():
     plan = "Input/Output: inputs -> output.\nSteps: 1. Return the result (as required). 2. Return it's value."
-    assert roles.plan_check(plan) == "content-free"
-    assert roles.plan_check("Input/Output: n; an int.\nSteps: 1. Return n * (n + 1) // 2.") == "ok"  # a formula is
+    assert roles.gate_label(plan) == "content-free"
+    formula = "Input/Output: n; an int.\nSteps: 1. Return n * (n + 1) // 2."
+    assert roles.gate_label(formula) == "ok"  # a formula is content
 
 
 def test_a_plan_that_only_restates_the_problem_is_refused():
     p = assert_problem()
     restated = roles.restatement_plan(p)
     assert p.statement in restated and p.public_tests[0] in restated
-    assert roles.plan_check(restated) == "ok"  # without the problem no text rule can tell
-    assert roles.plan_check(restated, problem=p) == "restatement"
-    assert roles.plan_check("Input/Output: two ints; their sum.\nSteps: 1. Return a + b with the plus operator.",
-                            problem=p) == "ok"
+    assert roles.gate_label(restated) == "ok"  # without the problem no text rule can tell
+    assert roles.gate_label(restated, problem=p) == "restatement"
+    own = "Input/Output: two ints; their sum.\nSteps: 1. Return a + b with the plus operator."
+    assert roles.gate_label(own, problem=p) == "ok"
 
 
 def test_the_generic_plan_passes_the_gate_so_only_its_control_catches_it():
-    assert roles.plan_check(roles.GENERIC_PLAN, problem=assert_problem()) == "ok"
+    assert roles.gate_label(evaluate.GENERIC_PLAN, problem=assert_problem()) == "ok"
 
 
-def test_a_plan_cut_at_the_budget_is_its_own_case_not_malformed():
+def test_a_truncated_plan_is_its_own_case_not_malformed():
     whole = INFORMATIVE[4]
     cut = whole[:whole.index("\nConditions")]  # ran out of tokens after Steps
-    assert roles.plan_check(cut, cut=True) == "cut"  # scored by its code, less --cut-penalty
-    assert roles.plan_check(cut) == "ok"  # the same text ended on its own: Conditions and Loops are optional
-    assert roles.plan_check(whole, cut=True) == "ok"
+    # Scored by its programs, less a penalty.
+    assert roles.gate_label(cut, truncated=True) == "truncated"
+    # The same text ended on its own: Conditions and Loops are optional.
+    assert roles.gate_label(cut) == "ok"
+    assert roles.gate_label(whole, truncated=True) == "ok"
     # Cut before it said anything: still not a plan.
-    assert roles.plan_check("Input/Output: two sorted lists a, b; one", cut=True) == "missing parts"
-    assert roles.plan_check(CONTENT_FREE[1][:CONTENT_FREE[1].index("\nConditions")], cut=True) == "content-free"
+    early = "Input/Output: two sorted lists a, b; one"
+    assert roles.gate_label(early, truncated=True) == "missing parts"
+    free = CONTENT_FREE[1][:CONTENT_FREE[1].index("\nConditions")]
+    assert roles.gate_label(free, truncated=True) == "content-free"
 
 
 def test_plan_parts_splits_on_the_labels():
@@ -608,38 +615,13 @@ def test_plan_parts_splits_on_the_labels():
     assert parts == {"input/output": "a; b", "steps": "1. do x\n2. do y", "conditions": "c", "loops": "d"}
 
 
-def test_a_second_planner_model_writes_the_plans_and_the_first_codes_them(tiny, tiny_planner_model_dir):
-    """--planner-model: planner-coder with the Planner on a second base writes that base's own plans, and the first
-    model codes them exactly as given-plan would: each role runs on its own model, nothing else changes."""
-    model, tok = tiny
-    planner = roles.load_second_model(tiny_planner_model_dir, tok, device="cpu", dtype="float32")
-    problems = [assert_problem(0), assert_problem(1)]
-    caps, kw = dict(max_new_tokens=8, plan_max_new_tokens=12), dict(n=1, temperature=0.0)
-    pair = roles.run_method(roles.Team(model, tok, planner_model=planner, **caps), "planner-coder", problems, **kw)
-    alone = roles.run_method(roles.Team(planner, tok, **caps), "planner-coder", problems, **kw)  # the second in both roles
-    given = roles.run_method(roles.Team(model, tok, **caps), "given-plan", problems,
-                             plans=[[(a.plan, a.plan_cut)] for a, in alone], **kw)
-    own = roles.run_method(roles.Team(model, tok, **caps), "planner-coder", problems, **kw)  # the first in both roles
-    assert [a.plan for a, in pair] == [a.plan for a, in alone] != [a.plan for a, in own]
-    assert [a.raw for a, in pair] == [a.raw for a, in given]
-
-
-def test_a_second_model_with_another_tokenizer_is_refused(tiny, tmp_path):
-    from tiny_model import build_tiny_model, build_tokenizer
-
-    other = build_tiny_model(str(tmp_path / "other"))
-    build_tokenizer(vocab_size=300).save_pretrained(other)  # the same weights, another vocabulary
-    with pytest.raises(ValueError, match="tokenizes or templates chat differently"):
-        roles.load_second_model(other, tiny[1], device="cpu", dtype="float32")
-
-
 # ---------------------------------------------------------------------------------------------------
-# The restatement's ablations and the direct prompt
+# The direct prompt, the plan controls and the Planner's pre-fill
 
 
 def _coder_prompt_of(tiny, monkeypatch, method):
     calls = _record_sample(monkeypatch)
-    roles.run_method(team(tiny), method, [assert_problem()], n=1, temperature=0.0)
+    run_method(team(tiny), method, [assert_problem()], n=1, temperature=0.0)
     (prompts, _, _), = calls
     return prompts[0]
 
@@ -650,36 +632,39 @@ def test_the_direct_prompt_holds_the_restatement_without_a_plan_framing(tiny, mo
     assert roles.restatement_plan(assert_problem()) in prompt and "Here is a plan" not in prompt
 
 
-@pytest.mark.parametrize("method, has, lacks", [
-    ("direct-once", [], ["Input/Output: as in the problem", "Read the problem again", "Here is a plan"]),
-    ("direct-reread", ["Read the problem again: Write a function to add"], ["Input/Output:", "Here is a plan"]),
-    ("statement-plan", ["Here is a plan", "Steps: 1. Write a function to add"], ["Example: assert"]),
-    ("example-plan", ["Here is a plan", "Input/Output: as in the problem: Example: assert add_nums(1, 2) == 3"],
-     ["Steps: 1."]),
-])
-def test_each_ablation_gives_the_coder_its_text(tiny, monkeypatch, method, has, lacks):
+@pytest.mark.parametrize("method", evaluate.PLAN_CONTROLS)
+def test_each_plan_control_gives_the_coder_its_text_as_the_plan(tiny, monkeypatch, method):
     prompt = _coder_prompt_of(tiny, monkeypatch, method)
-    assert "Write a function to add two numbers" in prompt  # the problem itself is always shown
-    assert all(text in prompt for text in has) and not any(text in prompt for text in lacks), prompt
-
-
-@pytest.mark.parametrize("name, then, asks", [("restate", " 2.", "add the numbered steps"),
-                                              ("conditions", "\nConditions:", "add only the Conditions part"),
-                                              ("worked", " 2. On the example,", "work the example through")])
-def test_a_planner_that_starts_from_the_restatement_adds_its_part_and_the_coder_sees_the_whole_plan(
-        tiny, monkeypatch, name, then, asks):
-    calls = _record_sample(monkeypatch)
-    (attempt,), = roles.run_method(team(tiny), f"planner-coder-{name}", [assert_problem()], n=1, temperature=0.0)
-    (planner_prompts, _, _), (coder_prompts, _, _) = calls
-    prefix = roles.restatement_plan(assert_problem()) + then
-    assert planner_prompts[0].endswith(prefix) and asks in planner_prompts[0]
-    assert attempt.plan.startswith(prefix) and attempt.plan in coder_prompts[0]
-
-
-def test_a_restate_plan_passes_the_gate_only_when_the_planner_adds_content():
     p = assert_problem()
-    prefix = roles.plan_prefix(p, roles.PLANNER_RESTATE_PROMPT)
-    added = roles.clean_plan(" Return a plus b with the built-in sum over the pair.\nConditions: negative numbers "
-                             "work the same.\nLoops: none.", prefix)
-    bare = roles.clean_plan(" Return the result.", prefix)
-    assert roles.plan_check(added, problem=p) == "ok" and roles.plan_check(bare, problem=p) == "restatement"
+    assert prompt == roles.coder_prompt(tiny[1], p, evaluate.control_plan(method, p))
+
+
+def test_the_restatement_control_is_the_planners_prefill_without_a_planner():
+    p = assert_problem()
+    restatement = evaluate.control_plan("restatement", p)
+    assert roles.plan_prefix(p) == restatement + roles.PLANNER_PREFILL_END
+
+
+def test_a_planner_coder_plan_starts_with_the_prefilled_restatement(tiny):
+    p = assert_problem()
+    (attempt,), = run_method(team(tiny), "planner-coder", [p], n=1, temperature=0.0)
+    assert attempt.plan.startswith(roles.plan_prefix(p))
+
+
+def test_a_plan_passes_the_gate_only_when_the_planner_adds_content_to_the_prefill():
+    p = assert_problem()
+    prefix = roles.plan_prefix(p)
+    added = roles.clean_plan(" negative numbers work the same; return a plus b with the built-in "
+                             "sum.\nLoops: none.", prefix)
+    bare = roles.clean_plan(" none.\nLoops: none.", prefix)
+    assert roles.gate_label(added, problem=p) == "ok"
+    assert roles.gate_label(bare, problem=p) == "restatement"
+
+
+@pytest.mark.parametrize("role, limits", [
+    ("planner", "plan"), ("coder", "code"), ("reasoner", "plan+code"), ("repair", "code"),
+    ("retriever", "code"), ("debugger", "code")])
+def test_each_role_gets_its_token_limit(tiny, role, limits):
+    t = team(tiny, max_new_tokens=7, plan_max_new_tokens=5)
+    expected = sum({"plan": 5, "code": 7}[part] for part in limits.split("+"))
+    assert roles.token_limit(t, roles.ROLES[role].limit) == expected

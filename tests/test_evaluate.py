@@ -99,22 +99,22 @@ def test_the_plan_controls_give_the_coder_their_text_and_the_generic_plan_passes
     restated = evaluate.agents.restatement_plan(problem)
     assert problem.statement.split()[0] in restated and problem.public_tests[0] in restated
     # The generic plan slips past every text rule (that is why it is a control); a restatement does not.
-    assert evaluate.agents.plan_check(evaluate.agents.GENERIC_PLAN, problem=problem) == "ok"
-    assert evaluate.agents.plan_check(restated, problem=problem) == "restatement"
+    assert evaluate.agents.gate_label(evaluate.GENERIC_PLAN, problem=problem) == "ok"
+    assert evaluate.agents.gate_label(restated, problem=problem) == "restatement"
 
 
-def test_summarize_reports_the_plans_format_and_share_cut_at_the_budget_for_methods_with_plans():
+def test_summarize_reports_the_plans_format_and_share_truncated_for_methods_with_plans():
     good = ("Input/Output: a list of ints; their sum.\nSteps: 1. Add every number to a running total.\n"
             "Conditions: an empty list sums to 0.\nLoops: over the list once.")
     recs = [rec("a", ["passed"]), rec("b", ["failed"])]
-    recs[0]["samples"][0].update(plan=good, plan_cut=True)
-    recs[1]["samples"][0].update(plan=evaluate.agents.CONTENT_FREE_PLAN, plan_cut=False)
+    recs[0]["samples"][0].update(plan=good, plan_truncated=True)
+    recs[1]["samples"][0].update(plan=evaluate.agents.CONTENT_FREE_PLAN, plan_truncated=False)
     s = evaluate.summarize({"planner-coder": recs, "direct": [rec("a", ["passed"])]}, n=1)
-    assert s["planner-coder"]["plan_cut_frac"] == 0.5
+    assert s["planner-coder"]["plan_truncated_frac"] == 0.5
     assert s["planner-coder"]["plan_ok_frac"] == 0.5 and s["planner-coder"]["plan_content_free_frac"] == 0.5
-    assert "plan_cut_frac" not in s["direct"]  # no plans, no plan statistics
+    assert "plan_truncated_frac" not in s["direct"]  # no plans, no plan statistics
     table = evaluate.format_table(s, n=1)
-    assert "cut%" in table and "50.0" in table.splitlines()[2]
+    assert "trunc%" in table and "50.0" in table.splitlines()[2]
 
 
 def test_paired_counts_only_the_problems_both_have():
@@ -201,8 +201,8 @@ def test_method_all_exits_0_and_writes_every_method(all_run):
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     # 'all' = every method but given-plan, which needs --plans-from
-    assert set(summary) == set(evaluate.agents.METHODS) - {"given-plan"} | {"sandbox"}
-    for method in set(evaluate.agents.METHODS) - {"given-plan"}:
+    assert set(summary) == set(evaluate.METHODS) - {"given-plan"} | {"sandbox"}
+    for method in set(evaluate.METHODS) - {"given-plan"}:
         with open(os.path.join(out, f"{method}.jsonl")) as f:
             lines = [json.loads(line) for line in f]
         assert [len(r["samples"]) for r in lines] == [1, 1]
@@ -220,12 +220,12 @@ def test_summary_has_the_promised_keys(all_run):
         assert "pass@5" not in metrics  # n = 1
     assert "cg" in summary["planner-coder"] and "plan_info" in summary["planner-coder"]
     with open(os.path.join(out, "args.json")) as f:
-        assert json.load(f)["method"] == [m for m in evaluate.agents.METHODS if m != "given-plan"]  # 'all' resolved
+        assert json.load(f)["method"] == [m for m in evaluate.METHODS if m != "given-plan"]  # 'all' resolved
 
 
 def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypatch):
     argv, out, _ = all_run
-    rows = set(evaluate.agents.METHODS) - {"given-plan"}
+    rows = set(evaluate.METHODS) - {"given-plan"}
     before = {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in rows}
     capsys.readouterr()
 
@@ -251,7 +251,7 @@ def plans_file(path, ids, plans_per_problem=("Plan one.",)):
     """A <row>.jsonl as an earlier run writes it, with only the fields given-plan reads."""
     with open(path, "w") as f:
         for pid in ids:
-            f.write(json.dumps({"id": pid, "samples": [{"plan": plan and f"{plan} ({pid})", "plan_cut": False}
+            f.write(json.dumps({"id": pid, "samples": [{"plan": plan and f"{plan} ({pid})", "plan_truncated": False}
                                                        for plan in plans_per_problem]}) + "\n")
     return str(path)
 
@@ -262,13 +262,13 @@ def validation_ids(mbpp_path, limit=2):
 
 def test_given_plan_codes_from_the_plans_of_another_run(tiny_model_dir, mbpp_path, tmp_path):
     base = FAST + ["--model", tiny_model_dir, "--data", mbpp_path]
-    assert evaluate.main(base + ["--method", "planner-coder-plain", "--out", str(tmp_path / "a")]) == 0
-    src = tmp_path / "a" / "planner-coder-plain.jsonl"
+    assert evaluate.main(base + ["--method", "planner-coder", "--out", str(tmp_path / "a")]) == 0
+    src = tmp_path / "a" / "planner-coder.jsonl"
     assert evaluate.main(base + ["--method", "given-plan", "content-free-plan", "--plans-from", str(src),
                                  "--out", str(tmp_path / "b")]) == 0
 
     def plans(path):
-        return {r["id"]: [(s["plan"], s["plan_cut"]) for s in r["samples"]] for r in evaluate.read_records(path)}
+        return {r["id"]: [(s["plan"], s["plan_truncated"]) for s in r["samples"]] for r in evaluate.read_records(path)}
 
     assert plans(str(tmp_path / "b" / "given-plan.jsonl")) == plans(str(src))
     with open(tmp_path / "b" / "summary.json") as f:
@@ -386,10 +386,10 @@ def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_p
 
     def fake_run_method(team, method, problems, n, **_):
         # Sample 0: the reference solution; sample 1: a program that defines nothing.
-        return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0, plan_cut=False),
-                 types.SimpleNamespace(program="pass", raw="", plan="", rounds=0, plan_cut=False)] for p in problems]
+        return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0, plan_truncated=False),
+                 types.SimpleNamespace(program="pass", raw="", plan="", rounds=0, plan_truncated=False)] for p in problems]
 
-    monkeypatch.setattr(evaluate.agents, "run_method", fake_run_method)
+    monkeypatch.setattr(evaluate, "run_method", fake_run_method)
     # A later flag wins in argparse: -n 2 and --temperature 0.8 override FAST's -n 1 and greedy.
     assert evaluate.main(FAST + ["-n", "2", "--temperature", "0.8", "--method", "direct", "--model", tiny_model_dir,
                                  "--data", mbpp_path, "--out", str(tmp_path)]) == 0
@@ -496,8 +496,8 @@ def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_pa
         jobs.append(real(*a, **kw))
         return jobs[-1]
     monkeypatch.setattr(evaluate.agents, "problem_job", spy)
-    monkeypatch.setattr(evaluate.agents, "run_method", lambda team, method, problems, n, **_: [
-        [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0, plan_cut=False)] for _ in problems])
+    monkeypatch.setattr(evaluate, "run_method", lambda team, method, problems, n, **_: [
+        [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0, plan_truncated=False)] for _ in problems])
     fixture = os.path.join(ROOT, "tests", "fixtures", "codeforces.jsonl")
     assert evaluate.main(["--bench", "codeforces", "--data", fixture, "--method", "direct", "--dtype", "float32",
                           "--model", tiny_model_dir, "--bench-option", "time_factor=2", "--stop-on-failure",
@@ -520,8 +520,8 @@ def test_the_sandbox_mode_is_said_before_the_run(tiny_model_dir, mbpp_path, tmp_
 
 def test_batch_size_chunks_the_problems(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
     # --batch-size bounds memory: run_method sees at most that many problems at once, and every problem is written.
-    sizes, real = [], evaluate.agents.run_method
-    monkeypatch.setattr(evaluate.agents, "run_method", lambda team, m, probs, **kw: sizes.append(len(probs))
+    sizes, real = [], evaluate.run_method
+    monkeypatch.setattr(evaluate, "run_method", lambda team, m, probs, **kw: sizes.append(len(probs))
                         or real(team, m, probs, **kw))
     assert evaluate.main(FAST + ["--limit", "3", "--method", "direct", "--batch-size", "2", "--model", tiny_model_dir,
                                  "--data", mbpp_path, "--out", str(tmp_path)]) == 0
@@ -537,12 +537,34 @@ def test_a_usage_error_from_argparse_is_one_line_naming_help(capsys):
 
 def test_ctrl_c_is_one_line_saying_the_same_command_continues(monkeypatch, tmp_path, capsys):
     def interrupted(args):
+        (tmp_path / "o").mkdir()
+        (tmp_path / "o" / "direct.jsonl").write_text("")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(evaluate, "evaluate", interrupted)
     assert evaluate.main(["--out", str(tmp_path / "o")]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "same command continues" in err[0] and str(tmp_path / "o") in err[0]
+
+
+def test_ctrl_c_before_any_chunk_finished_says_nothing_is_saved(monkeypatch, tmp_path, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate, "evaluate", interrupted)
+    assert evaluate.main(["--out", str(tmp_path / "o")]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing saved" in err[0] and "saved in" not in err[0]
+
+
+def test_the_held_out_line_is_labelled_the_same_at_step_0_and_later():
+    m = {"eval_pass1_planner_coder": 0.3, "eval_pass1_direct": 0.4, "eval_cg": -0.1, "eval_plan_info": 0.05,
+         "eval_info_vs": "restatement", "eval_info_gained": 3, "eval_info_lost": 1, "eval_info_p": 0.625}
+    line = evaluate.held_out_line(m, "planner-coder")
+    assert line == (" eval planner-coder 0.300 direct 0.400 CG -0.100 plan info +0.050 vs restatement "
+                    "(+3 -1 p=0.625)")
+    later = evaluate.held_out_line(dict(m, eval_gained=2, eval_lost=0, eval_mcnemar_p=0.5), "planner-coder")
+    assert later.startswith(line) and later.endswith("vs step 0: +2 -0 p=0.5") and "eval_" not in later
 
 
 def test_the_progress_lock_exists_before_the_run_starts(monkeypatch, tmp_path):
@@ -560,29 +582,6 @@ def test_a_log_file_gets_one_progress_line_per_chunk(tiny_model_dir, mbpp_path, 
     assert evaluate.main(argv) == 0
     out = capsys.readouterr().out  # not a terminal: no bar, a line per chunk
     assert "direct: 1/2 problems" in out and "direct: 2/2 problems" in out
-
-
-@pytest.mark.parametrize("extra, says", [
-    (["--method", "direct", "content-free-plan", "--planner-model", "PM"], "none of the methods writes a plan"),
-    (["--planner-model", "/nonexistent/planner"], "--planner-model: model not found"),
-])
-def test_a_planner_model_that_cannot_serve_is_one_error_line(tiny_model_dir, tiny_planner_model_dir, mbpp_path,
-                                                             tmp_path, capsys, extra, says):
-    extra = [tiny_planner_model_dir if w == "PM" else w for w in extra]
-    argv = FAST + ["--model", tiny_model_dir, "--data", mbpp_path, "--out", str(tmp_path / "o"), *extra]
-    assert evaluate.main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and says in err and not (tmp_path / "o").exists()
-
-
-def test_the_planner_model_decides_the_default_out_dir_and_the_settings(tiny_model_dir, tiny_planner_model_dir):
-    args = evaluate.parse_args(["--model", tiny_model_dir, "--planner-model", tiny_planner_model_dir])
-    args.adapters = {}
-    alone = evaluate.parse_args(["--model", tiny_model_dir])
-    alone.adapters = {}
-    assert evaluate.default_out_dir(args) != evaluate.default_out_dir(alone)
-    assert evaluate.settings_of(args, evaluate.RESULT_SETTINGS)["planner_model"] == tiny_planner_model_dir
-    assert evaluate.settings_of(alone, evaluate.RESULT_SETTINGS)["planner_model"] is None
 
 
 def test_sigterm_keeps_the_finished_problems_and_the_same_command_continues_to_the_same_metrics(

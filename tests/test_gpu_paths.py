@@ -1,8 +1,8 @@
 """The CUDA-only branches of train.py, grpo.py and agents.py, reached on a CPU through stubs.
 
-No GPU here: torch.cuda and torch.distributed calls are monkeypatched to record what they were given, and the meta
-device stands in for a GPU where a tensor's device is what matters (a tensor made on the CPU by mistake then shows).
-What only a real GPU can show (speed, nccl itself, bf16 numerics) is listed in README ("What holds on CUDA").
+No GPU here: torch.cuda calls are monkeypatched to record what they were given, and the meta device stands in
+for a GPU where a tensor's device is what matters (a tensor made on the CPU by mistake then shows). What only a
+real GPU can show (speed, bf16 numerics) is listed in README ("What holds on CUDA").
 """
 import random
 import time
@@ -13,91 +13,7 @@ import pytest
 import torch
 
 import agents
-import grpo
 import train
-
-
-class Collective(Exception):
-    """Raised by a stub collective once it has recorded its input: meta tensors hold no values to sum."""
-
-
-def torchrun_env(monkeypatch, rank=1, world=2, cuda=True):
-    """What torchrun's environment and a CUDA machine look like to dist_setup; returns the recorded calls."""
-    calls = []
-    monkeypatch.setenv("WORLD_SIZE", str(world))
-    monkeypatch.setenv("LOCAL_RANK", str(rank))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", str(d))))
-    monkeypatch.setattr(grpo.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(grpo.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend)))
-    monkeypatch.setattr(grpo.dist, "get_rank", lambda: rank)
-    monkeypatch.setattr(grpo.dist, "get_world_size", lambda: world)
-    return calls
-
-
-def test_dist_setup_runs_a_cuda_rank_on_nccl_and_its_local_gpu(monkeypatch):
-    calls = torchrun_env(monkeypatch)
-    assert grpo.dist_setup(None) == (1, 2, "cuda:1")
-    assert calls == [("set_device", "cuda:1"), ("init", "nccl")]
-
-
-def test_dist_setup_puts_a_bare_cuda_device_on_the_local_rank(monkeypatch):
-    torchrun_env(monkeypatch)
-    assert grpo.dist_setup("cuda")[2] == "cuda:1"
-
-
-@pytest.mark.parametrize("device", ["cuda:0", "cuda:1"])
-def test_dist_setup_puts_an_explicit_cuda_device_on_the_local_rank(monkeypatch, device):
-    # --device cuda:0 kept as given put both ranks on one GPU: nccl fails at the first collective.
-    calls = torchrun_env(monkeypatch, rank=1)
-    assert grpo.dist_setup(device) == (1, 2, "cuda:1") and calls[0] == ("set_device", "cuda:1")
-
-
-def test_dist_setup_runs_a_cpu_run_on_gloo_even_where_cuda_is_visible(monkeypatch):
-    calls = torchrun_env(monkeypatch)
-    assert grpo.dist_setup("cpu") == (1, 2, "cpu")
-    assert calls == [("init", "gloo")]  # nccl would get CPU gradients; no GPU is claimed either
-
-
-def test_sum_gradients_gives_collectives_only_tensors_on_the_run_device(monkeypatch):
-    # The torchrun + nccl crash: the skipped-step flag was made on the CPU, and nccl has no CPU backend.
-    seen = []
-
-    def all_reduce(t, *a, **kw):
-        seen.append(t.device)
-        raise Collective
-
-    monkeypatch.setattr(grpo, "rank_and_world", lambda: (0, 2))
-    monkeypatch.setattr(grpo.dist, "all_reduce", all_reduce)
-    meta = torch.device("meta")
-    params = [torch.nn.Parameter(torch.zeros(3, 2, device=meta)) for _ in range(2)]
-    params[0].grad = torch.zeros(3, 2, device=meta)  # the other has none yet (a rank without rows)
-    run = types.SimpleNamespace(world=2, device=meta, params=params)
-    with pytest.raises(Collective):
-        train.sum_gradients(run, False)
-    assert seen == [meta]
-
-
-def test_read_eval_gives_every_rank_rank_zeros_rows(monkeypatch, tmp_path):
-    # Rank 1 cannot see rank 0's step-0 file (no shared filesystem); it must still take rank 0's branch.
-    sent = {"direct": {"mbpp/601": True}}
-
-    def broadcast(box, src):
-        assert src == 0 and box == [{}]  # rank 1 reads nothing itself
-        box[0] = sent
-
-    monkeypatch.setattr(grpo, "rank_and_world", lambda: (1, 2))
-    monkeypatch.setattr(grpo.dist, "broadcast_object_list", broadcast)
-    assert train.read_eval(str(tmp_path), 0) == sent
-
-
-def test_main_leaves_the_process_group_even_when_it_fails(monkeypatch, tmp_path):
-    left = []
-    monkeypatch.setattr(grpo, "dist_setup", lambda device: (0, 2, "cpu"))
-    monkeypatch.setattr(grpo, "dist_teardown", lambda: left.append(True))
-    with pytest.raises(SystemExit):  # 1 problem per step for 2 ranks: refused after the group is up
-        train.main(["--stage", "toy", "--problems-per-step", "1", "--out", str(tmp_path)])
-    assert left == [True]
 
 
 @pytest.mark.parametrize("bf16", [True, False])

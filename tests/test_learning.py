@@ -22,11 +22,24 @@ def learnable_model_dir(tmp_path_factory):
 
 
 def run_toy(model_dir, data, out, steps, extra=()):
-    """The toy stage on `data`: our own small MBPP-format file (conftest.toy_mbpp), only its prompts are used."""
+    """The toy stage on `data`: our own small MBPP-format file (conftest.toy_mbpp), only its prompts are used.
+    Rewarded: the character "e" (frequent in the tiny model's vocabulary), LoRA rank 8."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(train, "TOY_TARGET", "e")
+    patch.setattr(train, "LORA_R", 8)
+    try:
+        _run_toy(model_dir, data, out, steps, extra)
+    finally:
+        patch.undo()
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _run_toy(model_dir, data, out, steps, extra):
     train.main(["--stage", "toy", "--model", model_dir, "--out", str(out), "--num-steps", str(steps), "--data", data,
                 "--problems-per-step", "4", "--group-size", "8", "--max-new-tokens", "8", "--lr", "1e-2",
-                "--warmup-steps", "1", "--eval-every", "0", "--save-every", "100", "--limit", "16",
-                "--lora-r", "8", "--beta", "0.01", "--toy-target", "e", "--seed", "0", "--dtype", "float32",
+                "--warmup-steps", "1", "--eval-every", "0", "--limit", "16",
+                "--beta", "0.01", "--seed", "0", "--dtype", "float32",
                 # plain GRPO scaling: the toy's rewards (fractions of 8 characters) differ by less than the floor
                 "--adv-std-floor", "0", *extra])
     with open(os.path.join(out, "metrics.jsonl")) as f:

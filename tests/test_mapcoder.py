@@ -1,11 +1,12 @@
 """Tests of the MapCoder extension: the Retrieval / Planning-with-confidence / Debugging parsers on hand-written
 messy texts, the mapcoder pipeline (control flow with a scripted sampler; end to end on the tiny random model),
 train.py's retriever and debugger stages (2 steps each, adapter written; the Debugger sees only public-test
-feedback; a batch where nothing fails is skipped cleanly), and evaluate.py's --method mapcoder and --ablate.
+feedback; a batch where nothing fails is skipped cleanly), and evaluate.py's --method mapcoder.
 
 The tiny model writes nonsense, so model-driven tests check plumbing only; behaviour is checked with scripted
 completions whose right answer is known.
 """
+import dataclasses
 import json
 import os
 
@@ -141,7 +142,9 @@ def test_plan_with_confidence_splits_the_confidence_line_off():
 def test_plan_without_confidence_is_exactly_the_plain_planner_parse():
     raw = PLAN[len("Input/Output:"):] + "\n\n```python\ndef f(): pass\n```"
     assert agents.plan_with_confidence(raw) == (agents.clean_plan(raw), None)
-    assert agents.ROLES["planner"]["parse"](raw, add_problem()) == {"plan": agents.clean_plan(raw), "confidence": None}
+    ctx = {"retrieval": {}}  # the Planner after a Retriever: its answer starts at the bare label
+    parsed = agents.ROLES["planner"].parse(raw, add_problem(), ctx)
+    assert parsed == {"plan": agents.clean_plan(raw), "confidence": None}
 
 
 def test_bad_confidence_is_none_but_still_cut_from_the_plan():
@@ -168,9 +171,9 @@ def test_retriever_prompt_asks_for_k_exemplars_and_shows_no_hidden_test(tiny):
 def test_planner_row_uses_retrieval_when_present_else_unchanged(tiny):
     _, tok = tiny
     p = add_problem()
-    assert agents.ROLES["planner"]["prompt"](tok, p, {}) == agents.planner_prompt(tok, p)
+    assert agents.ROLES["planner"].prompt(tok, p, {}) == agents.planner_prompt(tok, p)
     r = agents.parse_retrieval(CLEAN)
-    prompt = agents.ROLES["planner"]["prompt"](tok, p, {"retrieval": r})
+    prompt = agents.ROLES["planner"].prompt(tok, p, {"retrieval": r})
     assert "Two pointers" in prompt and "Move inward." in prompt and "Move i or j" in prompt
     assert "Confidence" in prompt and prompt.endswith(agents.PLAN_PREFIX)
     only_second = agents.retrieval_planner_prompt(tok, p, r, exemplar=1)
@@ -180,11 +183,12 @@ def test_planner_row_uses_retrieval_when_present_else_unchanged(tiny):
 def test_debugger_row_prompt_has_program_feedback_and_parses_code(tiny):
     _, tok = tiny
     ctx = {"program": "def add_nums(a, b):\n    return a - b", "feedback": "Test: assert add_nums(1, 2) == 3\nGot: -1"}
-    prompt = agents.ROLES["debugger"]["prompt"](tok, add_problem(), ctx)
+    prompt = agents.ROLES["debugger"].prompt(tok, add_problem(), ctx)
     assert "return a - b" in prompt and "Got: -1" in prompt and agents.DEBUGGER_SYSTEM in prompt
-    assert agents.ROLES["debugger"]["parse"]("```python\ndef add_nums(a, b):\n    return a + b\n```", add_problem()) == \
-        {"program": "def add_nums(a, b):\n    return a + b"}
-    assert agents.ROLES["debugger"]["parse"]("no code here at all", add_problem()) == {"program": ""}
+    parse = agents.ROLES["debugger"].parse
+    fixed = "```python\ndef add_nums(a, b):\n    return a + b\n```"
+    assert parse(fixed, add_problem(), ctx) == {"program": "def add_nums(a, b):\n    return a + b"}
+    assert parse("no code here at all", add_problem(), ctx) == {"program": ""}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -237,8 +241,8 @@ def test_mapcoder_ranks_plans_debugs_t_rounds_then_tries_the_next_plan(tiny, mon
     real_acting = agents.acting
     monkeypatch.setattr(agents, "acting", lambda team, role: roles_seen.append(role) or real_acting(team, role))
 
-    out = agents.run_method(agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=2), "mapcoder",
-                            [add_problem()], n=1, temperature=0.0)
+    team = agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=2)
+    out = evaluate.run_method(team, "mapcoder", [add_problem()], n=1, temperature=0.0)
     # Most confident plan (beta) coded, debugged twice, then the next plan (alpha) coded and it passes.
     assert roles_seen == ["retriever", "planner", "coder", "debugger", "debugger", "coder"]
     assert [role for role, _ in log["calls"]] == roles_seen
@@ -255,8 +259,8 @@ def test_mapcoder_keeps_the_last_program_when_every_plan_fails(tiny, monkeypatch
     model, tok = tiny
     log = scripted(monkeypatch)
     monkeypatch.setitem(SCRIPT_PLANS, "alpha", (SCRIPT_PLANS["alpha"][0], "return 0  # alpha"))
-    out = agents.run_method(agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=1), "mapcoder",
-                            [add_problem()], n=1, temperature=0.0)
+    team = agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=1)
+    out = evaluate.run_method(team, "mapcoder", [add_problem()], n=1, temperature=0.0)
     # 3 plans x (code + 1 debugging round) after retrieval and planning.
     assert [role for role, _ in log["calls"]] == ["retriever", "planner"] + ["coder", "debugger"] * 3
     (a,) = out[0]
@@ -266,8 +270,9 @@ def test_mapcoder_keeps_the_last_program_when_every_plan_fails(tiny, monkeypatch
 def test_mapcoder_batches_runs_and_drops_finished_ones(tiny, monkeypatch):
     model, tok = tiny
     log = scripted(monkeypatch)
-    out = agents.run_method(agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=1), "mapcoder",
-                            [add_problem(0), add_problem(1)], n=1, temperature=1.0)
+    team = agents.Team(model, tok, pool=object(), mapcoder_k=3, mapcoder_t=1)
+    problems = [add_problem(0), add_problem(1)]
+    out = evaluate.run_method(team, "mapcoder", problems, n=1, temperature=1.0)
     calls = [(role, len(prompts)) for role, prompts in log["calls"]]
     # One call per stage: retrieval for both problems, 3 + 1 plans, then coding for both; problem 1 is done,
     # only problem 0 goes on.
@@ -292,8 +297,9 @@ def test_mapcoder_tiny_model_end_to_end_never_leaks_hidden_tests(tiny, monkeypat
 
     problems = [add_problem(0), add_problem(1)]
     with sandbox.SandboxPool(1) as pool:
-        out = agents.run_method(agents.Team(model, tok, pool=pool, max_new_tokens=8, plan_max_new_tokens=8,
-                                             mapcoder_k=2, mapcoder_t=1), "mapcoder", problems, n=2, temperature=1.0)
+        team = agents.Team(model, tok, pool=pool, max_new_tokens=8, plan_max_new_tokens=8,
+                           mapcoder_k=2, mapcoder_t=1)
+        out = evaluate.run_method(team, "mapcoder", problems, n=2, temperature=1.0)
     assert len(out) == 2 and all(len(a) == 2 for a in out)
     assert all(isinstance(a.program, str) and isinstance(a.plan, str) for atts in out for a in atts)
     assert roles_seen[:3] == ["retriever", "planner", "coder"] and set(roles_seen) <= set(agents.ROLES)
@@ -304,9 +310,9 @@ def test_mapcoder_tiny_model_end_to_end_never_leaks_hidden_tests(tiny, monkeypat
 def test_mapcoder_greedy_gives_n_identical_attempts(tiny):
     model, tok = tiny
     with sandbox.SandboxPool(1) as pool:
-        out = agents.run_method(agents.Team(model, tok, pool=pool, max_new_tokens=6, plan_max_new_tokens=6,
-                                             mapcoder_k=1, mapcoder_t=1), "mapcoder", [add_problem()], n=3,
-                                temperature=0.0)
+        team = agents.Team(model, tok, pool=pool, max_new_tokens=6, plan_max_new_tokens=6,
+                           mapcoder_k=1, mapcoder_t=1)
+        out = evaluate.run_method(team, "mapcoder", [add_problem()], n=3, temperature=0.0)
     assert len(out[0]) == 3 and len({(a.program, a.raw, a.plan) for a in out[0]}) == 1
 
 
@@ -316,8 +322,17 @@ def test_mapcoder_greedy_gives_n_identical_attempts(tiny):
 def small(model, out, stage, data, steps=2, extra=()):
     return ["--stage", stage, "--model", model, "--out", str(out), "--data", data, "--limit", "4",
             "--num-steps", str(steps), "--problems-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
-            "--plan-max-new-tokens", "16", "--eval-every", "2", "--eval-limit", "2", "--save-every", "1",
-            "--lora-r", "4", "--workers", "2", "--mapcoder-k", "1", "--mapcoder-t", "1", "--dtype", "float32", *extra]
+            "--plan-max-new-tokens", "16", "--eval-every", "2", "--eval-limit", "2",
+            "--workers", "2", "--dtype", "float32", *extra]
+
+
+def train_small(argv):
+    """train.main with MapCoder's k = t = 1 (one exemplar, one debugging round; train.py takes them
+    from agents.MAPCODER_K / MAPCODER_T), so that a run on the tiny model stays short."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(agents, "MAPCODER_K", 1)
+        mp.setattr(agents, "MAPCODER_T", 1)
+        train.main(argv)
 
 
 def read_metrics(out):
@@ -328,7 +343,7 @@ def read_metrics(out):
 @pytest.fixture(scope="module")
 def retriever_run(tiny_model_dir, mbpp_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("retriever")
-    train.main(small(tiny_model_dir, out, "retriever", mbpp_path))
+    train_small(small(tiny_model_dir, out, "retriever", mbpp_path))
     return out
 
 
@@ -348,8 +363,8 @@ def test_retriever_stage_scores_retrievals_through_frozen_planner_and_coder(tiny
     real = agents.sample
     monkeypatch.setattr(agents, "sample", lambda *a, **k: prompts_by_call.append((list(a[2]), k["group_size"]))
                         or real(*a, **k))
-    train.main(small(tiny_model_dir, tmp_path / "r", "retriever", mbpp_path, steps=1,
-                     extra=("--eval-every", "0", "--downstream-samples", "2", "--downstream-temperature", "1.0")))
+    train_small(small(tiny_model_dir, tmp_path / "r", "retriever", mbpp_path, steps=1,
+                      extra=("--eval-every", "0", "--downstream-samples", "2")))
     # Retriever: 2 problems x G=2; planner: M=2 per retrieval; coder: 1 per plan (M is drawn once).
     assert [(len(p), g) for p, g in prompts_by_call] == [(2, 2), (4, 2), (8, 1)]
     assert all("Confidence: <0 to 100>" in p for p in prompts_by_call[1][0])
@@ -358,7 +373,7 @@ def test_retriever_stage_scores_retrievals_through_frozen_planner_and_coder(tiny
 @pytest.fixture(scope="module")
 def debugger_run(tiny_model_dir, mbpp_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("debugger")
-    train.main(small(tiny_model_dir, out, "debugger", mbpp_path))
+    train_small(small(tiny_model_dir, out, "debugger", mbpp_path))
     return out
 
 
@@ -384,13 +399,15 @@ def sentinel_mbpp(path):
 def test_debugger_sees_public_feedback_never_hidden_tests(tiny_model_dir, tmp_path, monkeypatch):
     data = sentinel_mbpp(tmp_path / "mbpp.jsonl")
     # The frozen Coder writes a real, wrong program, so the public test runs in the sandbox and fails.
-    monkeypatch.setitem(agents.ROLES, "coder", dict(agents.ROLES["coder"], parse=lambda text, p, ctx=None: {
-        "program": "def add_nums(a, b):\n    return 0"}))
+    wrong = {"program": "def add_nums(a, b):\n    return 0"}
+    coder = dataclasses.replace(agents.ROLES["coder"], parse=lambda text, p, ctx: wrong)
+    monkeypatch.setitem(agents.ROLES, "coder", coder)
     prompts = []
     real = agents.sample
     monkeypatch.setattr(agents, "sample", lambda *a, **k: prompts.extend(a[2]) or real(*a, **k))
-    train.main(small(tiny_model_dir, tmp_path / "run", "debugger", data,
-                     extra=("--eval-split", "train", "--eval-limit", "2", "--allow-held-out-split")))
+    train_small(small(tiny_model_dir, tmp_path / "run", "debugger", data,
+                      extra=("--eval-split", "train", "--eval-limit", "2",
+                             "--allow-held-out-split")))
     # Training's Debugger prompts (the held-out mapcoder eval's also show the plan they followed).
     debugger_prompts = [p for p in prompts if agents.DEBUGGER_SYSTEM in p and "The plan it followed" not in p]
     assert debugger_prompts and all("return 0" in p and "Verdict: failed" in p for p in debugger_prompts)
@@ -408,25 +425,28 @@ def test_debugger_stage_skips_a_batch_where_nothing_fails(tiny_model_dir, mbpp_p
         return [(len(calls) == 1 or k == 0, "Test: x\nVerdict: failed") for k in range(len(problems))]
 
     monkeypatch.setattr(agents, "check_public", fake_check)
+    saved, real_save = [], train.save_checkpoint
+    monkeypatch.setattr(train, "save_checkpoint", lambda state, step: saved.append(step)
+                        or real_save(state, step))
     out = tmp_path / "run"
-    train.main(small(tiny_model_dir, out, "debugger", mbpp_path, extra=("--eval-every", "0")))
+    train_small(small(tiny_model_dir, out, "debugger", mbpp_path, extra=("--eval-every", "0")))
     m = read_metrics(out)
     assert m[0]["no_group"] is True and m[0]["groups"] == 0 and "reward_mean" not in m[0]
     assert m[1]["groups"] == 1 and not m[1].get("no_group") and "reward_mean" in m[1]
-    assert sorted(os.listdir(out / "checkpoints")) == ["step_000001", "step_000002"]
+    assert saved == [1, 2]  # the skipped step is saved too: a resume does not redo it
     assert os.path.exists(out / "final" / "debugger" / "adapter_config.json")
 
 
 def test_bad_new_adapter_flag_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        train.main(small(tiny_model_dir, tmp_path / "r", "debugger", mbpp_path,
-                         extra=("--adapter", f"retriever={tmp_path / 'nope'}")))
+        train_small(small(tiny_model_dir, tmp_path / "r", "debugger", mbpp_path,
+                          extra=("--adapter", f"retriever={tmp_path / 'nope'}")))
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and "--adapter retriever=" in err and len(err.splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# evaluate.py: --method mapcoder and --ablate
+# evaluate.py: --method mapcoder
 
 FAST = ["--bench", "mbpp", "--split", "validation", "--limit", "2", "-n", "1", "--temperature", "0", "--dtype", "float32",
         "--max-new-tokens", "12", "--plan-max-new-tokens", "12", "--workers", "2", "--mapcoder-k", "2",
@@ -444,54 +464,3 @@ def test_evaluate_mapcoder_reports_cg_against_direct(tiny_model_dir, mbpp_path, 
     assert set(summary) == {"mapcoder", "direct", "sandbox"} and summary["mapcoder"]["cg_vs"] == "direct"
     settings = json.load(open(tmp_path / "settings.json"))
     assert settings["mapcoder_k"] == 2 and settings["retriever_adapter"].endswith("retriever")
-
-
-def test_plan_rows_ablation_names_and_adapters_off():
-    rows = evaluate.result_rows(["direct", "planner-coder"], True, {"planner", "coder"})
-    assert rows == [("direct", "direct", set()),
-                    ("planner-coder[planner+coder]", "planner-coder", set()),
-                    ("planner-coder[planner]", "planner-coder", {"coder"}),
-                    ("planner-coder[coder]", "planner-coder", {"planner"}),
-                    ("planner-coder[base]", "planner-coder", {"planner", "coder"})]
-    assert evaluate.result_rows(["planner-coder"], False, {"planner", "coder"}) == [("planner-coder", "planner-coder", set())]
-    with pytest.raises(evaluate.UsageError, match="--adapter coder=DIR"):
-        evaluate.result_rows(["planner-coder"], True, {"planner"})
-
-
-def test_plain_prompt_rows_ablate_like_planner_coder():
-    # the no-skeleton Planner (train.py --planner-prompt plain) is evaluated as planner-coder-plain: its ablation
-    # must give the same four combinations, with no row left un-ablated
-    rows = evaluate.result_rows(["planner-coder-plain"], True, {"planner", "coder"})
-    assert [(name, off) for name, _, off in rows] == [
-        ("planner-coder-plain[planner+coder]", set()), ("planner-coder-plain[planner]", {"coder"}),
-        ("planner-coder-plain[coder]", {"planner"}), ("planner-coder-plain[base]", {"planner", "coder"})]
-    assert "planner-coder-plain[coder]" in evaluate.all_row_names()
-
-
-def test_evaluate_ablate_runs_four_adapter_combinations(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
-    model, _ = agents.load_model(tiny_model_dir, dtype="float32")
-    import grpo
-
-    for role in ("planner", "coder"):
-        grpo.add_lora(model, role, r=2)
-        grpo.save_adapter(model, role, str(tmp_path / role))
-    used = []
-    real = evaluate.evaluate_row
-    monkeypatch.setattr(evaluate, "evaluate_row", lambda team, *a, **k: used.append(set(team.adapters)) or real(team, *a, **k))
-    argv = FAST + ["--method", "planner-coder", "--ablate", "--model", tiny_model_dir, "--data", mbpp_path,
-                   "--adapter", f"planner={tmp_path / 'planner'}", "--adapter", f"coder={tmp_path / 'coder'}",
-                   "--out", str(tmp_path / "out")]
-    assert evaluate.main(argv) == 0
-    assert used == [{"planner", "coder"}, {"planner"}, {"coder"}, set()]
-    summary = json.load(open(tmp_path / "out" / "summary.json"))
-    names = ["planner-coder[planner+coder]", "planner-coder[planner]", "planner-coder[coder]", "planner-coder[base]"]
-    assert list(summary) == names + ["sandbox"] and all(summary[n]["problems"] == 2 for n in names)
-    for n in names:
-        assert os.path.exists(tmp_path / "out" / f"{n}.jsonl")
-
-
-def test_evaluate_ablate_without_adapters_is_one_error_line(tiny_model_dir, mbpp_path, tmp_path, capsys):
-    rc = evaluate.main(FAST + ["--method", "planner-coder", "--ablate", "--model", tiny_model_dir, "--data", mbpp_path,
-                               "--out", str(tmp_path)])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and err.startswith("error:") and "--ablate" in err and len(err.splitlines()) == 1

@@ -30,7 +30,7 @@ def test_planner_more_tests_passed_always_beats_faster():
     rng = random.Random(0)
     for _ in range(N_RANDOM):
         rates, times = random_planner_group(rng)
-        r = rewards.planner_rewards(rates, times)
+        r = rewards.pass_then_time(rates, times)
         P = [mean(ps) for ps in rates]
         for g in range(len(P)):
             for h in range(len(P)):
@@ -43,7 +43,7 @@ def test_planner_more_tests_beats_faster_even_with_a_huge_time_weight():
     rng = random.Random(1)
     for _ in range(N_RANDOM):
         rates, times = random_planner_group(rng)
-        r = rewards.planner_rewards(rates, times, w_time=50.0, sharpness=20.0)
+        r = rewards.pass_then_time(rates, times, w_time=50.0, sharpness=20.0)
         P = [mean(ps) for ps in rates]
         assert all(r[g] > r[h] for g in range(len(P)) for h in range(len(P)) if P[g] > P[h])
 
@@ -54,17 +54,18 @@ def test_planner_among_all_pass_faster_scores_higher():
         G = rng.randint(2, 8)
         times = rng.sample([k * 1e-3 for k in range(1, 200)], G)  # distinct, 1 ms .. 0.2 s
         # Without a noise floor every time difference counts; with the default floor faster never scores lower.
-        r = rewards.planner_rewards([[1.0]] * G, [[t] for t in times], noise_rel=0.0, noise_abs_s=0.0)
+        r = rewards.pass_then_time([[1.0]] * G, [[t] for t in times], noise_rel=0.0,
+                                   noise_abs_s=0.0)
         order_by_time = sorted(range(G), key=lambda g: times[g])
         order_by_reward = sorted(range(G), key=lambda g: -r[g])
         assert order_by_time == order_by_reward
-        r = rewards.planner_rewards([[1.0]] * G, [[t] for t in times])
+        r = rewards.pass_then_time([[1.0]] * G, [[t] for t in times])
         assert all(r[g] >= r[h] for g in range(G) for h in range(G) if times[g] < times[h])
 
 
 def test_planner_equal_pass_rates_tie_broken_by_the_speed_of_all_passing_programs():
     # M = 2, both thoughts pass 50% on average; only the all-passing program's time matters.
-    r = rewards.planner_rewards([[1.0, 0.0], [1.0, 0.0]], [[0.01, 5.0], [0.02, 0.0001]])
+    r = rewards.pass_then_time([[1.0, 0.0], [1.0, 0.0]], [[0.01, 5.0], [0.02, 0.0001]])
     assert r[0] > r[1] > 0.5
 
 
@@ -73,35 +74,36 @@ def test_planner_bounded():
     w = 0.1
     for _ in range(N_RANDOM):
         rates, times = random_planner_group(rng)
-        for x in rewards.planner_rewards(rates, times, w_time=w):
+        for x in rewards.pass_then_time(rates, times, w_time=w):
             assert 0.0 <= x < 1.0 + w
 
 
 def test_planner_nobody_passes_gives_all_zero():
-    assert rewards.planner_rewards([[0.0, 0.0]] * 4, [[0.1, 0.2]] * 4) == [0.0] * 4
+    assert rewards.pass_then_time([[0.0, 0.0]] * 4, [[0.1, 0.2]] * 4) == [0.0] * 4
 
 
 def test_planner_without_all_pass_programs_reward_is_the_mean_pass_rate():
     rates = [[0.5, 0.25], [0.75, 0.0], [0.0, 0.0]]
-    assert rewards.planner_rewards(rates, [[1.0, 2.0]] * 3) == [0.375, 0.375, 0.0]
+    assert rewards.pass_then_time(rates, [[1.0, 2.0]] * 3) == [0.375, 0.375, 0.0]
 
 
 def test_planner_times_of_failing_programs_are_ignored():
     rates = [[1.0, 0.5], [1.0, 1.0], [0.5, 0.0]]
-    a = rewards.planner_rewards(rates, [[0.01, 0.02], [0.03, 0.01], [0.5, 0.7]])
-    b = rewards.planner_rewards(rates, [[0.01, 9.00], [0.03, 0.01], [0.0, 3.0]])
+    a = rewards.pass_then_time(rates, [[0.01, 0.02], [0.03, 0.01], [0.5, 0.7]])
+    b = rewards.pass_then_time(rates, [[0.01, 9.00], [0.03, 0.01], [0.0, 3.0]])
     assert a == b
 
 
 def test_planner_matches_the_reference_formula():
     # Independent straightforward computation: M = 1, all pass, so w_eff = w_time.
     times = [0.004, 0.010, 0.020]   # median 0.010
-    r = rewards.planner_rewards([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0, noise_rel=0.0,
-                                noise_abs_s=0.0)
+    r = rewards.pass_then_time([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0,
+                               noise_rel=0.0, noise_abs_s=0.0)
     expected = [1.0 + 0.1 / (1.0 + math.exp(-4.0 * (0.010 - t) / 0.010)) for t in times]
     assert r == pytest.approx(expected, abs=1e-12)
     # With the noise floor (25% of the median here): the differences shrink by 2.5 ms toward the median.
-    r = rewards.planner_rewards([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0, noise_rel=0.25)
+    r = rewards.pass_then_time([[1.0]] * 3, [[t] for t in times], w_time=0.1, sharpness=4.0,
+                               noise_rel=0.25)
     expected = [1.0 + 0.1 / (1.0 + math.exp(-4.0 * d / 0.010)) for d in (0.0035, 0.0, -0.0075)]
     assert r == pytest.approx(expected, abs=1e-12)
     assert r[1] == pytest.approx(1.05)  # the median program gets half the bonus
@@ -109,26 +111,69 @@ def test_planner_matches_the_reference_formula():
 
 def test_planner_time_floor_keeps_microsecond_programs_apart_only_a_little():
     # Below min_cpu_s the reference time is floored: 10 us vs 20 us must not look like 2x.
-    r = rewards.planner_rewards([[1.0], [1.0]], [[1e-5], [2e-5]], noise_abs_s=0.0)
+    r = rewards.pass_then_time([[1.0], [1.0]], [[1e-5], [2e-5]], noise_abs_s=0.0)
     assert r[0] > r[1] and r[0] - r[1] < 1e-3
 
 
 def test_planner_missing_time_earns_no_bonus():
-    r = rewards.planner_rewards([[1.0], [1.0]], [[None], [0.01]])
+    r = rewards.pass_then_time([[1.0], [1.0]], [[None], [0.01]])
     assert r[0] == 1.0 and r[1] > 1.0
-    r = rewards.planner_rewards([[1.0], [1.0]], [[float("nan")], [-1.0]])
+    r = rewards.pass_then_time([[1.0], [1.0]], [[float("nan")], [-1.0]])
     assert r == [1.0, 1.0]
 
 
 def test_planner_rejects_bad_input():
     with pytest.raises(ValueError, match="plans"):
-        rewards.planner_rewards([[1.0]], [[0.1], [0.2]])
+        rewards.pass_then_time([[1.0]], [[0.1], [0.2]])
     with pytest.raises(ValueError, match="CPU times"):
-        rewards.planner_rewards([[1.0, 1.0]], [[0.1]])
+        rewards.pass_then_time([[1.0, 1.0]], [[0.1]])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        rewards.planner_rewards([[1.5]], [[0.1]])
+        rewards.pass_then_time([[1.5]], [[0.1]])
     with pytest.raises(ValueError, match="tie_margin"):
-        rewards.planner_rewards([[1.0]], [[0.1]], tie_margin=1.0)
+        rewards.pass_then_time([[1.0]], [[0.1]], tie_margin=1.0)
+
+
+# ------------------------------------------------------------------------ Planner: the whole reward
+
+# A hand-made group of 4 plans x 2 programs: partly and fully passing plans, distinct CPU times.
+GROUP_RATES = [[1.0, 0.5], [1.0, 1.0], [0.0, 0.5], [1.0, 1.0]]
+GROUP_TIMES = [[0.002, 0.004], [0.010, 0.003], [0.001, 0.001], [0.030, 0.020]]
+
+
+def test_planner_reward_is_pass_then_time_then_the_format_gate():
+    labels = ["ok", "truncated", "content-free", "ok"]
+    expected = rewards.format_gated(rewards.pass_then_time(GROUP_RATES, GROUP_TIMES), labels)
+    assert rewards.planner_reward(GROUP_RATES, GROUP_TIMES, labels) == expected
+
+
+def test_planner_reward_of_a_gated_plan_is_minus_the_penalty_whatever_its_pass_rate():
+    rng = random.Random(7)
+    for _ in range(N_RANDOM):
+        rates, times = random_planner_group(rng)
+        labels = ["content-free"] + ["ok"] * (len(rates) - 1)
+        assert rewards.planner_reward(rates, times, labels)[0] == -0.5
+
+
+def test_planner_reward_of_a_truncated_plan_is_its_programs_reward_less_the_truncation_penalty():
+    rng = random.Random(8)
+    for _ in range(N_RANDOM):
+        rates, times = random_planner_group(rng)
+        labels = ["truncated"] + ["ok"] * (len(rates) - 1)
+        programs = rewards.pass_then_time(rates, times)[0]
+        assert rewards.planner_reward(rates, times, labels)[0] == pytest.approx(programs - 0.1)
+
+
+def test_planner_reward_without_labels_is_pass_then_time():
+    rng = random.Random(9)
+    for _ in range(N_RANDOM):
+        rates, times = random_planner_group(rng)
+        assert rewards.planner_reward(rates, times) == rewards.pass_then_time(rates, times)
+
+
+def test_planner_reward_without_its_time_term_is_the_gated_mean_pass_rate():
+    labels = ["ok", "truncated", "content-free", "ok"]
+    expected = rewards.format_gated([mean(ps) for ps in GROUP_RATES], labels)
+    assert rewards.planner_reward(GROUP_RATES, GROUP_TIMES, labels, w_time=0.0) == expected
 
 
 # ------------------------------------------------------------------------------------------ Coder
@@ -144,7 +189,7 @@ def test_coder_more_tests_passed_always_beats_less_memory():
     rng = random.Random(4)
     for _ in range(N_RANDOM):
         rates, peaks = random_coder_group(rng)
-        r = rewards.coder_rewards(rates, peaks, w_mem=rng.choice([0.1, 1.0, 10.0]))
+        r = rewards.coder_reward(rates, peaks, w_mem=rng.choice([0.1, 1.0, 10.0]))
         assert all(r[i] > r[j] for i in range(len(r)) for j in range(len(r)) if rates[i] > rates[j])
 
 
@@ -153,16 +198,17 @@ def test_coder_among_all_pass_less_memory_scores_higher():
     for _ in range(N_RANDOM):
         G = rng.randint(2, 10)
         peaks = rng.sample(range(0, 1 << 30, 4096), G)  # distinct peaks, page-sized steps
-        r = rewards.coder_rewards([1.0] * G, peaks, noise_rel=0.0, noise_bytes=0)
+        r = rewards.coder_reward([1.0] * G, peaks, noise_rel=0.0, noise_bytes=0)
         assert sorted(range(G), key=lambda i: peaks[i]) == sorted(range(G), key=lambda i: -r[i])
-        r = rewards.coder_rewards([1.0] * G, peaks)  # with the noise floor: less memory never scores lower
+        # With the noise floor: less memory never scores lower.
+        r = rewards.coder_reward([1.0] * G, peaks)
         assert all(r[i] >= r[j] for i in range(G) for j in range(G) if peaks[i] < peaks[j])
 
 
 def test_coder_o_target_program_gets_the_maximum_bonus():
     rates = [1.0, 1.0, 0.5, 1.0]
     peaks = [3 << 20, 1 << 20, 0, 8 << 20]  # the failing program's 0 bytes must not set O_target
-    r = rewards.coder_rewards(rates, peaks, w_mem=0.1, noise_rel=0.0, noise_bytes=0)
+    r = rewards.coder_reward(rates, peaks, w_mem=0.1, noise_rel=0.0, noise_bytes=0)
     assert r[1] == pytest.approx(1.1) and max(r) == r[1]
     assert r[2] == 0.5
     # Reference formula: (O_target + c) / (peak + c), c = 1 MiB.
@@ -175,25 +221,59 @@ def test_coder_bounded():
     rng = random.Random(6)
     for _ in range(N_RANDOM):
         rates, peaks = random_coder_group(rng)
-        assert all(0.0 <= x <= 1.1 + 1e-12 for x in rewards.coder_rewards(rates, peaks, w_mem=0.1))
+        assert all(0.0 <= x <= 1.1 + 1e-12 for x in rewards.coder_reward(rates, peaks, w_mem=0.1))
 
 
 def test_coder_zero_peak_and_missing_measurements():
     # Peak 0 (leaner than the no-op baseline) is a valid O_target; a missing peak earns no bonus.
-    r = rewards.coder_rewards([1.0, 1.0, 1.0, 1.0], [0, 4096, None, float("nan")], noise_bytes=0)
+    r = rewards.coder_reward([1.0, 1.0, 1.0, 1.0], [0, 4096, None, float("nan")], noise_bytes=0)
     assert r[0] == pytest.approx(1.1) and 1.0 < r[1] < r[0] and r[2] == 1.0 and r[3] == 1.0
 
 
 def test_coder_nobody_passes_gives_the_pass_rates():
-    assert rewards.coder_rewards([0.0, 0.0, 0.0], [1, 2, 3]) == [0.0, 0.0, 0.0]
-    assert rewards.coder_rewards([0.5, 0.25], [1, 2]) == [0.5, 0.25]
+    assert rewards.coder_reward([0.0, 0.0, 0.0], [1, 2, 3]) == [0.0, 0.0, 0.0]
+    assert rewards.coder_reward([0.5, 0.25], [1, 2]) == [0.5, 0.25]
 
 
 def test_coder_rejects_bad_input():
     with pytest.raises(ValueError, match="peak"):
-        rewards.coder_rewards([1.0, 1.0], [1])
+        rewards.coder_reward([1.0, 1.0], [1])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        rewards.coder_rewards([-0.1], [1])
+        rewards.coder_reward([-0.1], [1])
+
+
+def coder_reward_by_formula(rates, peaks, w_mem=0.1, smooth=1 << 20, noise_rel=0.1,
+                            noise_bytes=1 << 20):
+    """The Coder's reward as its definition reads: the pass rate, plus for a program that passes
+    every test (with a measured peak) w_mem * (O + c) / (O + excess + c), O the group's lowest
+    such peak."""
+    measured = [m for p, m in zip(rates, peaks) if p == 1.0 and m is not None and m == m and m >= 0]
+    if not measured:
+        return [float(p) for p in rates]
+    target = min(measured)
+    floor = max(noise_rel * target, noise_bytes)
+    out = []
+    for p, m in zip(rates, peaks):
+        bonus = 0.0
+        if p == 1.0 and m is not None and m == m and m >= 0:
+            bonus = (target + smooth) / (target + max(0.0, m - target - floor) + smooth)
+        out.append(p + w_mem * bonus)
+    return out
+
+
+def test_coder_reward_is_the_pass_rate_plus_the_memory_bonus_of_all_passing_programs():
+    rng = random.Random(10)
+    for _ in range(N_RANDOM):
+        rates, peaks = random_coder_group(rng)
+        expected = coder_reward_by_formula(rates, peaks)
+        assert rewards.coder_reward(rates, peaks) == pytest.approx(expected, abs=1e-12)
+
+
+def test_coder_reward_without_its_memory_term_is_the_pass_rate():
+    rng = random.Random(11)
+    for _ in range(N_RANDOM):
+        rates, peaks = random_coder_group(rng)
+        assert rewards.coder_reward(rates, peaks, w_mem=0.0) == [float(p) for p in rates]
 
 
 # ------------------------------------------------------------------------------------------ pass@k
@@ -260,7 +340,7 @@ def test_brute_force_lexicographic_order_on_all_small_planner_groups():
     times = [[0.001, 0.004], [0.002, 0.008], [0.016, 0.003]]
     for flat in product(values, repeat=6):
         rates = [list(flat[0:2]), list(flat[2:4]), list(flat[4:6])]
-        r = rewards.planner_rewards(rates, times)
+        r = rewards.pass_then_time(rates, times)
         P = [mean(ps) for ps in rates]
         assert all(r[g] > r[h] for g in range(3) for h in range(3) if P[g] > P[h])
 
@@ -280,7 +360,7 @@ def test_planner_copies_of_one_program_with_measured_jitter_get_zero_advantages(
     import grpo
 
     times = [1.40e-3, 1.74e-3, 1.52e-3, 1.61e-3, 1.45e-3, 1.70e-3, 1.55e-3, 1.49e-3]
-    r = rewards.planner_rewards([[1.0]] * 8, [[t] for t in times])
+    r = rewards.pass_then_time([[1.0]] * 8, [[t] for t in times])
     adv, stats = grpo.group_advantages(r, 8)
     assert (adv == 0).all() and stats["zero_var_frac"] == 1.0
 
@@ -289,14 +369,14 @@ def test_coder_copies_of_one_program_with_measured_jitter_get_zero_advantages():
     import grpo
 
     peaks = [249856, 262144, 253952, 258048, 249856, 262144, 253952, 249856]  # measured range, page steps
-    adv, _ = grpo.group_advantages(rewards.coder_rewards([1.0] * 8, peaks), 8)
+    adv, _ = grpo.group_advantages(rewards.coder_reward([1.0] * 8, peaks), 8)
     assert (adv == 0).all()
 
 
 def test_a_tenfold_cost_difference_keeps_the_promised_order():
-    r = rewards.planner_rewards([[1.0], [1.0]], [[1.5e-3], [15e-3]])
+    r = rewards.pass_then_time([[1.0], [1.0]], [[1.5e-3], [15e-3]])
     assert r[0] > r[1]
-    r = rewards.coder_rewards([1.0, 1.0], [300 << 10, 3000 << 10])
+    r = rewards.coder_reward([1.0, 1.0], [300 << 10, 3000 << 10])
     assert r[0] > r[1]
 
 
@@ -310,10 +390,12 @@ def test_format_gate_puts_format_first():
         rewards.format_gated([1.0], ["ok"], penalty=-1)
 
 
-def test_a_cut_plan_is_scored_by_its_code_minus_a_small_deduction():
-    r = rewards.format_gated([1.0, 0.0, 1.0, 0.0], ["cut", "cut", "ok", "missing parts"], penalty=0.5, cut_penalty=0.1)
+def test_a_truncated_plan_is_scored_by_its_code_minus_a_small_deduction():
+    labels = ["truncated", "truncated", "ok", "missing parts"]
+    r = rewards.format_gated([1.0, 0.0, 1.0, 0.0], labels, penalty=0.5, truncation_penalty=0.1)
     assert r == [0.9, -0.1, 1.0, -0.5]
-    # Order: a passing cut plan beats a failing complete one; any cut plan beats a gated one.
+    # Order: a passing truncated plan beats a failing complete one; any truncated plan beats a
+    # gated one.
     assert r[0] > 0.0 > r[1] > r[3]
 
 
@@ -323,8 +405,10 @@ def test_content_free_plans_of_the_agents_tests_never_earn_more_than_the_worst_i
     import agents
     from test_agents import CONTENT_FREE, INFORMATIVE
 
-    free = rewards.format_gated([1.05] * len(CONTENT_FREE), [agents.plan_check(p) for p in CONTENT_FREE])
-    informative = rewards.format_gated([0.0] * len(INFORMATIVE), [agents.plan_check(p) for p in INFORMATIVE])
+    free = rewards.format_gated([1.05] * len(CONTENT_FREE),
+                                [agents.gate_label(p) for p in CONTENT_FREE])
+    informative = rewards.format_gated([0.0] * len(INFORMATIVE),
+                                       [agents.gate_label(p) for p in INFORMATIVE])
     assert max(free) < min(informative)
 
 
@@ -369,13 +453,14 @@ def test_rank_changed_counts_groups_whose_order_a_term_changed():
 
 def test_the_time_term_changes_the_ranking_only_where_times_differ_beyond_the_noise_floor():
     # Two all-passing plans, 1 ms vs 20 ms: the time term reorders; 1.0 vs 1.1 ms (within the floor): it does not.
-    apart = rewards.planner_rewards([[1.0], [1.0]], [[0.001], [0.020]])
-    close = rewards.planner_rewards([[1.0], [1.0]], [[0.0010], [0.0011]])
-    bare = rewards.planner_rewards([[1.0], [1.0]], [[0.001], [0.020]], w_time=0.0)
+    apart = rewards.pass_then_time([[1.0], [1.0]], [[0.001], [0.020]])
+    close = rewards.pass_then_time([[1.0], [1.0]], [[0.0010], [0.0011]])
+    bare = rewards.pass_then_time([[1.0], [1.0]], [[0.001], [0.020]], w_time=0.0)
     assert rewards.rank_changed(apart, bare, 2) == 1.0 and rewards.rank_changed(close, bare, 2) == 0.0
 
 
 def test_the_memory_term_is_a_constant_under_the_noise_floor():
     # MBPP-sized peaks (0.2 vs 0.3 MB) tie under the 1 MiB floor: +0.1 each, the order unchanged.
-    full = rewards.coder_rewards([1.0, 1.0], [200_000, 300_000])
-    assert full == [1.1, 1.1] and rewards.rank_changed(full, rewards.coder_rewards([1.0, 1.0], [0, 0], w_mem=0), 2) == 0
+    full = rewards.coder_reward([1.0, 1.0], [200_000, 300_000])
+    without = rewards.coder_reward([1.0, 1.0], [0, 0], w_mem=0)
+    assert full == [1.1, 1.1] and rewards.rank_changed(full, without, 2) == 0

@@ -637,10 +637,11 @@ def test_copies_of_one_passing_program_get_small_advantages_end_to_end(pool):
     tests = ["assert f([3, 1, 2]) == 2", "assert f(list(range(101))) == 50"]
     results = pool.run([sb.Job(prog, "assert", tests, repeat=3) for _ in range(8)])
     assert all(r.verdict == "passed" for r in results)
-    adv, _ = grpo.group_advantages(rewards.planner_rewards([[1.0]] * 8, [[r.cpu_s] for r in results]), 8,
-                                   std_floor=floor)
+    planner = rewards.planner_reward([[1.0]] * 8, [[r.cpu_s] for r in results])
+    adv, _ = grpo.group_advantages(planner, 8, std_floor=floor)
     assert adv.abs().max() <= 0.5, [r.cpu_s for r in results]
-    adv, _ = grpo.group_advantages(rewards.coder_rewards([1.0] * 8, [r.peak_bytes for r in results]), 8)
+    coder = rewards.coder_reward([1.0] * 8, [r.peak_bytes for r in results])
+    adv, _ = grpo.group_advantages(coder, 8)
     assert (adv == 0).all(), [r.peak_bytes for r in results]
 
 

@@ -14,14 +14,16 @@ any model. On CPU the peak is the child's resident-set high-water mark measured 
 (VmHWM reset through /proc/self/clear_refs, so loading the bf16 checkpoint into fp32 does not mask the step);
 the child's whole-life ru_maxrss (from os.wait4) is printed next to it. On CUDA: torch.cuda.max_memory_allocated.
 The ratio in the RESULT line is step peak with / without checkpointing, resident weights included.
-Part 3, dropping finished rows (agents.sample's drop_finished, on the 0.5B only): the two sampling calls of one
-Planner-stage rollout at the recipe's shapes, as train.py's `rollout` makes them: --drop-problems MBPP train problems
-x G planner prompts at temperature 1 with the Planner's stop strings and a generator per problem (plans <= 128
-tokens), then the Coder on those plans (one row per plan, greedy as --downstream-temperature 0, <= 256 tokens).
-Each call runs without and with dropping, alternating, best of --drop-rounds, same seeds; the tokens, masks and
-texts must be identical. Printed per call: wall and CPU time of both sides, their ratio (old / new: > 1 = faster),
-the prefill's share of the old side's time, and the share of row-steps in which the row had already finished
-(the work dropping can save). Not a measure of the rollout's other phases (parsing, running programs).
+Part 3, dropping finished rows (agents.sample's drop_finished, on the 0.5B only): the two sampling
+calls of one Planner-stage rollout at the recipe's shapes, as train.py's `sample` makes them:
+--drop-problems MBPP train problems x G planner prompts at temperature 1 with the Planner's stop
+strings and a generator per problem (plans <= 128 tokens), then the Coder on those plans (one row
+per plan, greedy as with M = 1, <= 256 tokens). Each call runs without and with dropping,
+alternating, best of --drop-rounds, same seeds; the tokens, masks and texts must be identical.
+Printed per call: wall and CPU time of both sides, their ratio (old / new: > 1 = faster), the
+prefill's share of the old side's time, and the share of row-steps in which the row had already
+finished (the work dropping can save). Not a measure of the rollout's other phases (parsing, running
+programs).
 Part 4, decode attention (agents.PACKED_SDPA, no model needed): one layer's attention of one padded decode step at
 the 0.5B's head layout (14 query heads, 2 KV heads, d = 64, bf16), --attn-batch rows x --attn-len cached tokens:
 transformers <= 5.17's path (K/V repeated to every query head, then SDPA) against ours (a KV head's query heads as
@@ -358,7 +360,7 @@ def old_vs_new(label, call, device, rounds):
 
 
 def rollout_setup(path, device, what):
-    """Part 3: the model, --drop-problems MBPP train problems and G, as train.py's rollout sees them."""
+    """Part 3: the model, --drop-problems MBPP train problems and G, as in train.py's sample."""
     import torch
 
     import agents
@@ -386,7 +388,7 @@ def coder_prompts(tok, problems, G, plan_texts):
 
     planner, coder = agents.ROLES["planner"], agents.ROLES["coder"]
     rows = [p for p in problems for _ in range(G)]
-    return [coder["prompt"](tok, p, planner["parse"](text, p)) for p, text in zip(rows, plan_texts)]
+    return [coder.prompt(tok, p, planner.parse(text, p, {})) for p, text in zip(rows, plan_texts)]
 
 
 def drop_finished(path, device):
@@ -397,12 +399,13 @@ def drop_finished(path, device):
     plan_prompts = [agents.planner_prompt(tok, p) for p in problems]
     plan_ratio, plan_same, plans = old_vs_new("planner", lambda drop: agents.sample(
         model, tok, plan_prompts, group_size=G, max_new_tokens=args.drop_plan_new, temperature=1.0,
-        stop=planner["stop"], generator=gens(n, device), drop_finished=drop), device, args.drop_rounds)
+        stop=planner.stop, generator=gens(n, device), drop_finished=drop), device, args.drop_rounds)
     code_prompts = coder_prompts(tok, problems, G, plans.texts)
-    # Greedy, so the generators draw nothing; given anyway, as rollout does.
+    # Greedy, so the generators draw nothing; given anyway, as train.py's sample does.
     code_ratio, code_same, _ = old_vs_new("coder", lambda drop: agents.sample(
-        model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0, stop=coder["stop"],
-        generator=gens(n * G, device), drop_finished=drop), device, args.drop_rounds)
+        model, tok, code_prompts, max_new_tokens=args.drop_code_new, temperature=0.0,
+        stop=coder.stop, generator=gens(n * G, device), drop_finished=drop),
+        device, args.drop_rounds)
     del model
     return plan_ratio, code_ratio, plan_same and code_same
 

@@ -1,11 +1,12 @@
 """Benchmark: one WHOLE Planner-stage GRPO step, train.py vs TRL's GRPOTrainer + PEFT, side by side, with where each
 spends its time.
 
-What it is: both sides run the same step on the same MBPP train problems: the Planner (a LoRA adapter) samples G plans
-per problem at the training temperature, the frozen Coder (the bare base: the adapter switched off) writes one greedy
-program per plan, every program runs on its problem's hidden tests in our sandbox (sandbox.py, the same jobs and
-repeats), train.reward_planner scores each plan (pass rate, CPU-time bonus, the format gate), and one GRPO update
-follows (reference log-probs with the adapter off, policy forward + backward in micro-batches, clip, AdamW).
+What it is: both sides run the same step on the same MBPP train problems: the Planner (a LoRA
+adapter) samples G plans per problem at the training temperature, the frozen Coder (the bare base:
+the adapter switched off) writes one greedy program per plan, every program runs on its problem's
+hidden tests in our sandbox (sandbox.py, the same jobs and repeats), train.score_group scores each
+plan (pass rate, CPU-time bonus, the format gate), and one GRPO update follows (reference log-probs
+with the adapter off, policy forward + backward in micro-batches, clip, AdamW).
   - ours: train.py's own main() (exactly `python train.py --stage planner ...`, printed below) runs for --steps
     steps in a fresh subprocess, with wall-clock timers wrapped around module functions (agents.prefill /
     decode_n_tokens / sample, train.logprobs, SandboxPool.run, Tensor.backward, clip_grad_norm_, the optimizer
@@ -20,13 +21,15 @@ follows (reference log-probs with the adapter off, policy forward + backward in 
     tokenizes them as they are and applies no chat template). Its reward function does what our Planner stage
     does: the Coder (the same PEFT model under `disable_adapter()`, HF generate, greedy, <= the program budget,
     in one batch of all plans, inside TRL's own unwrap_model_for_generation) writes a program per plan, which runs
-    in our sandbox and is scored by train.reward_planner.
-Both sides load the model with agents.load_model and read every setting they share from train.py's defaults (one
-source of truth), except the flags below. A step is timed from its start to the optimizer's update (ours: train.
-grpo_step; TRL: on_step_begin -> on_step_end); logging, checkpoints and held-out evaluation (off) are outside it. We
-report the median step after --warmup warm-up step(s), with its breakdown: generation split into prefill (the first
-forward of each generate call) and decode (the rest of it: the token loop, sampling, stop checks), sandbox,
-reference log-probs, policy forward (with grad), backward (checkpoint recompute included), optimizer (clip + step).
+    in our sandbox and is scored by train.score_group (rewards.planner_reward).
+Both sides load the model with agents.load_model and read every setting they share from train.py
+(its defaults and constants: one source of truth), except the flags below. A step is timed from its
+start to the optimizer's update (ours: train.step_problems -> the end of train.learn; TRL:
+on_step_begin -> on_step_end); logging, checkpoints and held-out evaluation (off) are outside it. We
+report the median step after --warmup warm-up step(s), with its breakdown: generation split into
+prefill (the first forward of each generate call) and decode (the rest of it: the token loop,
+sampling, stop checks), sandbox, reference log-probs, policy forward (with grad), backward
+(checkpoint recompute included), optimizer (clip + step).
 
 What it is not: a measure of training quality, or a comparison at equal samples: each side draws its own plans (the
 same problems, temperature and budgets), so their lengths differ, and batch decoding runs until the longest row of
@@ -76,7 +79,6 @@ parser.add_argument("--problems", type=int, default=4, help="problems (groups) p
 parser.add_argument("--group-size", type=int, default=8, help="G: plans per problem")
 parser.add_argument("--plan-max-new-tokens", type=int, default=128, help="the Planner's token budget")
 parser.add_argument("--max-new-tokens", type=int, default=256, help="the Coder's token budget")
-parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha, dropout, targets: train.py's defaults)")
 parser.add_argument("--no-grad-ckpt", action="store_true", help="gradient checkpointing off on both sides "
                                                                  "(default: on on both; train.py's own default is "
                                                                  "off on a CPU, so ours passes the flag explicitly)")
@@ -174,8 +176,7 @@ def recipe_argv(model, dtype, out):
     argv = ["--stage", "planner", "--model", model, "--dtype", dtype, "--device", args.device,
             "--num-steps", str(args.steps), "--problems-per-step", str(args.problems),
             "--group-size", str(args.group_size), "--plan-max-new-tokens", str(args.plan_max_new_tokens),
-            "--max-new-tokens", str(args.max_new_tokens), "--lora-r", str(args.lora_r),
-            "--eval-every", "0", "--save-every", str(10**6), "--out", out]
+            "--max-new-tokens", str(args.max_new_tokens), "--eval-every", "0", "--out", out]
     if args.data:
         argv += ["--data", args.data]
     argv += ["--no-grad-ckpt" if args.no_grad_ckpt else "--grad-ckpt"]
@@ -215,15 +216,20 @@ def worker_ours(model, dtype):
     train.logprobs = PH.wrap(train.logprobs,
                              lambda a, kw: "policy_forward" if torch.is_grad_enabled() else "reference")
     time_learning_phases()
-    grpo_step = train.grpo_step
+    # A step: from choosing its problems (train.step_problems) to the end of its update
+    # (train.learn).
+    step_problems, learn = train.step_problems, train.learn
 
-    def grpo_step_timed(run, step, m):
+    def step_problems_timed(*a, **kw):
         calls[0] = 0
         PH.start_step()
-        grpo_step(run, step, m)
+        return step_problems(*a, **kw)
+
+    def learn_timed(*a, **kw):
+        learn(*a, **kw)
         PH.end_step()
 
-    train.grpo_step = grpo_step_timed
+    train.step_problems, train.learn = step_problems_timed, learn_timed
     out = tempfile.mkdtemp(prefix="bench-whole-step-")
     argv = recipe_argv(model, dtype, out)
     train.main(argv)
@@ -290,22 +296,26 @@ def worker_trl(model_dir, dtype):
 
     def reward_planner_stage(prompts, completions, completion_ids, idx, **kw):
         """What train.py's Planner stage does after sampling: plan text (as ours cuts it), Coder program (greedy, the
-        adapter off), sandbox on the hidden tests, train.reward_planner per group (one group = G consecutive rows)."""
+        adapter off), sandbox on the hidden tests, train.score_group per group (one group = G
+        consecutive rows)."""
         trainer = holder["trainer"]
-        plans, cut = [], []
-        for ids in completion_ids:
+        probs = [problems[i] for i in idx]
+        plans, truncated = [], []
+        for ids, p in zip(completion_ids, probs):
             ids = list(ids)
             while ids and ids[-1] == tok.pad_token_id and tok.pad_token_id not in eos:
                 ids.pop()  # rows ended by a stop string are padded (pad is an EOS id on Qwen, not on the tiny model)
             keep = len(ids) - (1 if ids and ids[-1] in eos else 0)
             text = tok.decode(ids[:keep])
             hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-            cut.append(keep == args.plan_max_new_tokens and not hits)  # as agents._decode_texts
-            plans.append(agents.ROLES["planner"]["parse"](text[:min(hits)] if hits else text, None)["plan"])
-        probs = [problems[i] for i in idx]
-        # The Coder: one greedy program per plan, all plans in one batch (as train.rollout does).
+            # Truncated as agents' _decode_texts says it.
+            truncated.append(keep == args.plan_max_new_tokens and not hits)
+            plan_text = text[:min(hits)] if hits else text
+            plans.append(agents.ROLES["planner"].parse(plan_text, p, {})["plan"])
+        # The Coder: one greedy program per plan, all plans in one batch (as train.sample does).
         t0 = now()
-        coder_prompts = [agents.ROLES["coder"]["prompt"](tok, p, {"plan": plan}) for p, plan in zip(probs, plans)]
+        coder_prompts = [agents.ROLES["coder"].prompt(tok, p, {"plan": plan})
+                         for p, plan in zip(probs, plans)]
         enc = tok(coder_prompts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
         enc = {k: v.to(trainer.model.device) for k, v in enc.items()}
         cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=False, eos_token_id=eos,
@@ -316,15 +326,16 @@ def worker_trl(model_dir, dtype):
             # unwrapped is trainer.model (one process, no wrapper): its own generate, not the Planner's timed one
             out = generate_timed("coder", holder["generate"])(**enc, generation_config=cfg)
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        programs = [agents.ROLES["coder"]["parse"](t, p)["program"] for t, p in zip(texts, probs)]
+        programs = [agents.ROLES["coder"].parse(t, p, {})["program"] for t, p in zip(texts, probs)]
         PH.add("coder_total", now() - t0)
-        results = pool.run([agents.problem_job(p, prog, p.hidden_tests, repeat=d.measure_repeats,
-                                               stop_on_failure=d.stop_on_failure) for p, prog in zip(probs, programs)])
-        outputs = [{"plan": plan, "verdict": agents.plan_check(plan, cut=c)} for plan, c in zip(plans, cut)]
-        out_rewards = []
-        for g in range(0, len(results), G):
-            out_rewards += train.reward_planner(results[g:g + G], outputs[g:g + G], G, 1, d)
-        return out_rewards
+        results = pool.run([agents.problem_job(p, prog, p.hidden_tests, repeat=train.TIMING_REPEATS)
+                            for p, prog in zip(probs, programs)])
+        rollouts = [train.Rollout(p, "", 0, plan, cut, [prog], [res],
+                                  gate=agents.gate_label(plan, truncated=cut, problem=p))
+                    for p, plan, cut, prog, res in zip(probs, plans, truncated, programs, results)]
+        for g in range(0, len(rollouts), G):
+            train.score_group("planner", rollouts[g:g + G])
+        return [r.reward for r in rollouts]
 
     class StepTimer(TrainerCallback):
         """A step: on_step_begin (before TRL's generation, in its first micro-batch) -> on_step_end (after the
@@ -345,16 +356,18 @@ def worker_trl(model_dir, dtype):
         # the step: B rows in micro-batches of train.py's --micro-batch, one generation and one update per step
         per_device_train_batch_size=d.micro_batch, gradient_accumulation_steps=B // d.micro_batch,
         num_generations=G, max_completion_length=args.plan_max_new_tokens, temperature=d.temperature,
-        top_p=d.top_p, top_k=0, generation_kwargs={"stop_strings": stops},
+        top_p=1.0, top_k=0, generation_kwargs={"stop_strings": stops},
         # the objective: DeepSeekMath's loss, beta, clip, one pass (old log-probs = the current ones, as ours)
-        loss_type="grpo", beta=d.beta, epsilon=d.clip_eps, num_iterations=d.ppo_epochs, scale_rewards="group",
+        loss_type="grpo", beta=d.beta, epsilon=train.CLIP_EPS, num_iterations=1,
+        scale_rewards="group",
         # the optimizer: train.py's AdamW, warm-up then constant, clip
-        learning_rate=d.lr, weight_decay=d.weight_decay, adam_beta1=0.9, adam_beta2=0.99, max_grad_norm=d.grad_clip,
+        learning_rate=d.lr, weight_decay=train.WEIGHT_DECAY, adam_beta1=0.9, adam_beta2=0.99,
+        max_grad_norm=train.GRAD_CLIP,
         lr_scheduler_type="constant_with_warmup", warmup_steps=d.warmup_steps,
         gradient_checkpointing=not args.no_grad_ckpt, gradient_checkpointing_kwargs={"use_reentrant": False},
     )
-    peft_cfg = LoraConfig(r=args.lora_r, lora_alpha=d.lora_alpha, lora_dropout=d.lora_dropout,
-                          target_modules=[t for t in d.lora_targets.split(",") if t], task_type="CAUSAL_LM")
+    peft_cfg = LoraConfig(r=train.LORA_R, lora_alpha=train.LORA_ALPHA, lora_dropout=0.0,
+                          target_modules=list(train.LORA_TARGETS), task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=reward_planner_stage, args=cfg, train_dataset=dataset,
                           processing_class=tok, peft_config=peft_cfg, callbacks=[StepTimer()])
     holder["trainer"] = trainer
@@ -455,6 +468,7 @@ def side_table(name, s):
 def main():
     sys.path.insert(0, os.path.dirname(HERE))
     import agents
+    import train
     from tiny_model import build_tiny_model, real_model_dir
 
     sides = [x for x in args.sides.split(",") if x]
@@ -479,14 +493,16 @@ def main():
     d = train_defaults()
     print(f"whole Planner-stage GRPO step: {label} {dtype} on {args.device} | {args.problems} problems x "
           f"G={args.group_size} plans <= {args.plan_max_new_tokens} tokens (T={d.temperature}), 1 greedy program per "
-          f"plan <= {args.max_new_tokens} tokens | LoRA r={args.lora_r} alpha={d.lora_alpha:g} | beta={d.beta} "
+          f"plan <= {args.max_new_tokens} tokens | LoRA r={train.LORA_R} "
+          f"alpha={train.LORA_ALPHA:g} | "
+          f"beta={d.beta} "
           f"lr={d.lr:g} micro-batch {d.micro_batch} | grad ckpt {'off' if args.no_grad_ckpt else 'on'} | "
           f"{args.steps} steps per side, median after {args.warmup} warm-up | threads {args.threads or 'default'}")
     results, logs = {}, tempfile.mkdtemp(prefix="bench-whole-step-logs-")
     for side in sides:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", side]
         for key in ("model", "dtype", "device", "data", "problems", "group_size", "plan_max_new_tokens",
-                    "max_new_tokens", "lora_r", "steps", "threads"):
+                    "max_new_tokens", "steps", "threads"):
             value = {"model": model, "dtype": dtype}.get(key, getattr(args, key))
             if value is not None:
                 cmd += ["--" + key.replace("_", "-"), str(value)]
