@@ -455,8 +455,7 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
 
     from transformers import DynamicCache
 
-    # The active adapter runs in the base dtype while sampling: fewer kernels per token.
-    with torch.no_grad(), _eval_mode(model), grpo.adapters_in_base_dtype(model):
+    with torch.no_grad(), _eval_mode(model):
         cache = DynamicCache(config=model.config)  # the config tells it about sliding-window layers
         fwd = _forward_kwargs(model, cache)
         # 1) prefill each distinct prompt once (n rows, not n*G: the group shares its prompt's KV)
@@ -958,10 +957,10 @@ _AFTER_PLAN = re.compile(
 def clean_plan(text, prefix=PLAN_PREFIX):
     """Raw Planner completion -> Algorithmic Thought: no code, and nothing after the Loops part.
 
-    (1) Put back the pre-filled `prefix`; (2) cut at the first Python block or code-looking line (a
-    prose block, e.g. the plan wrapped in ```text, is unwrapped); (3) cut at the end of the Loops
+    (1) Put back the pre-filled `prefix`; (2) end at the first Python block or code-looking line (a
+    prose block, e.g. the plan wrapped in ```text, is unwrapped); (3) end at the end of the Loops
     part: a blank line, heading, "Here is the code" or new "Label:" line (the 0.5B adds "Rules:").
-    our choice: cut, never rewrite, because plans with code did worse and the Coder must see what
+    our choice: shorten, never rewrite, because plans with code did worse and the Coder must see what
     the Planner wrote, not our edit of it.
     """
     text = (prefix + text) if prefix and not text.lstrip().startswith(prefix) else text
@@ -1225,6 +1224,10 @@ def _is_usage(node, targets):
     return False
 
 
+def _bare_call(node):
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+
+
 def strip_example_usage(code, entry_point=""):
     """Drop module-level example usage from assert / functional code; keep imports, defs, classes,
     constants.
@@ -1243,9 +1246,8 @@ def strip_example_usage(code, entry_point=""):
     # our choice: with a known entry point only its calls count as usage, because an assignment that
     # calls a helper (`PRIMES = sieve(10**6)`) is usually precomputation the solution needs.
     targets = {entry_point} if entry_point else defined
-    bare_call = lambda node: isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
     drop = [node for node in tree.body if not isinstance(node, defs)
-            and (_is_usage(node, targets) or (bare_call(node) and _is_usage(node, defined)))]
+            and (_is_usage(node, targets) or (_bare_call(node) and _is_usage(node, defined)))]
     if not drop:
         return code
     lines = code.split("\n")
@@ -1515,7 +1517,9 @@ def run_chain(team, chain, problems, ctxs=None, generator=None, show=lambda text
         spec = ROLES[role]
         prompts = [spec.prompt(team.tokenizer, p, c) for p, c in zip(probs, ctxs)]
         limit = token_limit(team, spec.limit)
-        stop = spec.stop(ctxs[0] if ctxs else {}) if callable(spec.stop) else spec.stop
+        stop = spec.stop
+        if callable(stop):
+            stop = stop(ctxs[0] if ctxs else {})
         what = f"sampling {role}: {len(prompts) * k} x <= {limit} tokens"
         show(what)
         with acting(team, role) as m:

@@ -136,7 +136,9 @@ def run_method(team, method, problems, n=1, temperature=0.0, seed=0, donors=None
     start = {"k": team.mapcoder_k}  # what the prompts read
     if spec.template:
         start["template"] = spec.template
-    probs, ctxs, k = list(problems), [dict(start) for _ in problems], n
+    probs = list(problems)
+    ctxs = [dict(start) for _ in problems]
+    k = n  # samples of the chain's first role per context
     if spec.plan:
         probs, ctxs, k = _plan_contexts(team, method, problems, n, temperature, generator, donors,
                                         plans)
@@ -289,7 +291,8 @@ def summarize(records: dict, n: int, exact_apr: bool = True) -> dict:
             pass1 = {m: method_metrics([r for r in records[m] if r["id"] in common], n)["pass@1"]
                      for m in (method, baseline)}
             pair = paired(passed[method], passed[baseline])
-            summary[method].update({key: pass1[method] - pass1[baseline], f"{key}_vs": baseline,
+            gain = rewards.collaboration_gain(pass1[method], pass1[baseline])
+            summary[method].update({key: gain, f"{key}_vs": baseline,
                                     f"{key}_gained": pair["gained"], f"{key}_lost": pair["lost"],
                                     f"{key}_p": pair["p"]})
     return summary
@@ -347,7 +350,7 @@ def compare(path_a: str, path_b: str) -> str:
 def format_table(summary: dict, n: int) -> str:
     """Plain-text, aligned comparison table; rates in percent, '-' where a value does not apply."""
     cols = ["method", "problems", "pass@1%"] + (["pass@5%"] if n >= 5 else []) + \
-        ["apr%", "cpu_ms", "peak_mb", "cg%", "info%", "trunc%", "wall_s"]
+        ["apr%", "cpu_ms", "peak_mb", "cg%", "info%", "truncated%", "wall_s"]
 
     def cell(v, scale=1.0, fmt="{:.1f}"):
         return "-" if v is None else fmt.format(scale * v)
@@ -380,8 +383,8 @@ def format_pairs(summary: dict) -> str:
 
 
 def read_records(path: str) -> list:
-    """Per-problem records of one row's file. A line cut short by a kill is dropped (and the file
-    rewritten without it) so that appending continues on a clean line boundary."""
+    """Per-problem records of one row's file. A line left unfinished by a kill is dropped (and the
+    file rewritten without it) so that appending continues on a clean line boundary."""
     if not os.path.exists(path):
         return []
     records, good = [], []
@@ -422,8 +425,8 @@ def attempt_and_judge(team, method, problems, *, n=1, temperature=0.0, seed=0, r
         cpu_ms).
     stop_on_failure: skip the tests after the first failing one (functional / stdio; pass@k stays
         exact).
-    donors: other-plan's donor per problem (`other_plan_donors`). plans: given-plan's n (plan, cut)
-        pairs per problem.
+    donors: other-plan's donor per problem (`other_plan_donors`). plans: given-plan's n (plan,
+        truncated) pairs per problem.
     """
     show(f"generating {len(problems)} problems x n={n}")
     t0 = time.perf_counter()
@@ -493,43 +496,38 @@ def evaluate_row(team, method, todo, problems, args, path, given=None, later=0):
 def held_out_eval(team, method, problems, path, *, step0_path=None, coder_frozen=False, seed=0,
                   batch_size=16, show=lambda text: None):
     """Greedy pass@1 of `method`, of direct coding and (for a method with its own plans) of the plan
-    controls on the held-out problems: CG = method - direct, plan information = method - the
-    strongest control with its paired counts, the format of the method's plans, and the paired
-    comparison with the rows in step0_path (exact McNemar on the same problems). Per-problem rows go
-    to `path` (JSON lines). coder_frozen: direct coding and the plan controls, whose programs only
-    the frozen Coder writes, are read back from step0_path instead of run again. Returns (metrics,
-    one line)."""
-    controls = list(PLAN_CONTROLS) if method in OWN_PLANS else []
+    controls on the held-out problems, summarized as evaluate.py's own rows are (`summarize`: CG,
+    plan information against the strongest control with its paired counts, the plans' format),
+    and paired with the method's rows in step0_path (exact McNemar on the same problems). The rows
+    go to `path` (JSON lines). coder_frozen: direct coding and the plan controls, whose programs
+    only the frozen Coder writes, are read back from step0_path instead of run again. Returns
+    (metrics, one line)."""
+    controls = PLAN_CONTROLS if method in OWN_PLANS else ()
     at_start = _read_held_out(step0_path) if step0_path else {}
-    out, rows, passed, t0 = {}, [], {}, time.time()
+    records, t0 = {}, time.time()
     for m in dict.fromkeys((method, "direct", *controls)):
-        old = at_start.get(m, {}) if coder_frozen and m != method else {}
-        if all(p.id in old for p in problems):
-            new = [dict(task_id=p.id, method=m, passed=old[p.id], cached_from_step=0)
-                   for p in problems]
+        old = at_start.get(m, [])
+        if coder_frozen and m != method and len(old) == len(problems):
+            records[m] = [dict(r, cached_from_step=0) for r in old]
         else:
-            new = _held_out_rows(team, m, problems, seed, batch_size, show)
-        rows += new
-        passed[m] = {r["task_id"]: r["passed"] for r in new}
-        out[eval_key(m)] = sum(passed[m].values()) / max(1, len(new))
-        if m == method and method != "direct":
-            stats = agents.plan_stats([r["plan"] for r in new], [r["plan_truncated"] for r in new])
-            out.update({"eval_" + k: v for k, v in stats.items()})
+            records[m] = _held_out_records(team, m, problems, seed, batch_size, show)
+    s = summarize(records, n=1)
+    out = {eval_key(m): s[m]["pass@1"] for m in records}
+    out.update({"eval_" + k: v for k, v in s[method].items()
+                if k.startswith("plan_") and not k.startswith("plan_info")})
+    if "cg" in s[method]:
+        out["eval_cg"] = s[method]["cg"]
+    if "plan_info" in s[method]:
+        out.update(eval_plan_info=s[method]["plan_info"], eval_info_vs=s[method]["plan_info_vs"],
+                   eval_info_gained=s[method]["plan_info_gained"],
+                   eval_info_lost=s[method]["plan_info_lost"], eval_info_p=s[method]["plan_info_p"])
     if at_start.get(method):  # gained = solved now only, lost = solved at step 0 only
-        pair = paired(passed[method], at_start[method])
+        pair = paired(first_passed(records[method]), first_passed(at_start[method]))
         out.update(eval_gained=pair["gained"], eval_lost=pair["lost"], eval_mcnemar_p=pair["p"])
-    if method != "direct":
-        out["eval_cg"] = rewards.collaboration_gain(out[eval_key(method)], out["eval_pass1_direct"])
-    control = strongest(passed, controls)
-    if control:
-        pair = paired(passed[method], passed[control])
-        out.update(eval_plan_info=out[eval_key(method)] - out[eval_key(control)],
-                   eval_info_vs=control, eval_info_gained=pair["gained"],
-                   eval_info_lost=pair["lost"], eval_info_p=pair["p"])
     out["t_eval"] = time.time() - t0
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+        f.writelines(json.dumps(r) + "\n" for rows in records.values() for r in rows)
     os.replace(path + ".tmp", path)
     return out, held_out_line(out, method)
 
@@ -555,28 +553,25 @@ def held_out_line(m, method):
     return line
 
 
-def _held_out_rows(team, method, problems, seed, batch_size, show):
-    """Greedy pass@1 rows of one method, batch_size problems at a time."""
-    rows = []
+def _held_out_records(team, method, problems, seed, batch_size, show):
+    """One method's per-problem records (the rows' format), batch_size problems at a time."""
+    records = []
     for a in range(0, len(problems), batch_size):
         chunk = problems[a:a + batch_size]
-        records, _, _ = attempt_and_judge(team, method, chunk, seed=seed,
+        samples, _, _ = attempt_and_judge(team, method, chunk, seed=seed,
                                           show=lambda text: show(f"held-out {method}: {text}"))
-        rows += [dict(task_id=p.id, method=method, passed=r["verdict"] == "passed",
-                       pass_rate=r["pass_rate"], plan=r["plan"], plan_truncated=r["plan_truncated"],
-                       program=r["program"])
-                  for p, (r,) in zip(chunk, records)]
-    return rows
+        records += [{"id": p.id, "method": method, "samples": s} for p, s in zip(chunk, samples)]
+    return records
 
 
 def _read_held_out(path):
-    """{method: {task_id: passed}} of a held-out evaluation's rows ({} when there is none)."""
-    rows = {}
+    """{method: [per-problem records]} of a held-out evaluation ({} when there is none)."""
+    records = {}
     if os.path.exists(path):
         with open(path) as f:
             for r in (json.loads(line) for line in f if line.strip()):
-                rows.setdefault(r["method"], {})[r["task_id"]] = r["passed"]
-    return rows
+                records.setdefault(r["method"], []).append(r)
+    return records
 
 
 # -------------------------------------------------------------------------------------------------
@@ -802,7 +797,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     it, and never "(default: None)"."""
 
     def _get_help_string(self, action):
-        if "default" in (action.help or "") or action.default is None:
+        silent = action.default is None or action.default is False or action.default == []
+        if silent or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
@@ -842,42 +838,33 @@ def parser(description, **defaults):
     # data
     p.add_argument("--bench", default="mbpp", choices=sorted(data.LOADERS), help="benchmark")
     p.add_argument("--data", default=None, metavar="PATH",
-                   help="dataset file (default: $CORECODE_<BENCH>, else data.py's default "
-                        "location)")
+                   help="dataset file (default: $CORECODE_<BENCH>, else data.py's default path)")
     p.add_argument("--bench-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a benchmark loader option, repeatable, e.g. time_factor=2 (an unknown key "
-                        "lists the benchmark's options)")
-    p.add_argument("--split", default=d["split"], help="benchmark split; MBPP: test, validation, "
-                                                       "train")
-    p.add_argument("--limit", type=at_least(1), default=None, metavar="N",
-                   help="only the first N problems of the split")
+                   help="a benchmark loader option, repeatable, e.g. time_factor=2")
+    p.add_argument("--split", default=d["split"], help="split (MBPP: test, validation, train)")
+    p.add_argument("--limit", type=at_least(1), metavar="N", help="only the first N problems")
     # models
     p.add_argument("--model", default=d["model"], metavar="DIR",
-                   help=f"HF model directory or hub id of the shared base model (default: "
-                        f"$CORECODE_MODEL, else {agents.DEFAULT_MODEL})")
+                   help=f"model directory or hub id (default: $CORECODE_MODEL or "
+                        f"{agents.DEFAULT_MODEL})")
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=DIR",
-                   help=f"a role's LoRA adapter directory, repeatable; ROLE: "
-                        f"{', '.join(ADAPTER_ROLES)}; ROLE=none for the bare base")
-    p.add_argument("--device", default=None, help="torch device (default: cuda when available, "
-                                                  "else cpu)")
+                   help=f"a role's LoRA adapter ({', '.join(ADAPTER_ROLES)}), repeatable; "
+                        "DIR none: the bare base")
+    p.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", *agents.DTYPES],
-                   help="weights dtype; auto = bf16 on CUDA and on CPUs with native bf16, else "
-                        "fp32")
-    p.add_argument("--max-new-tokens", type=at_least(1), default=512,
-                   help="token limit of each program-writing completion")
-    p.add_argument("--plan-max-new-tokens", type=at_least(1), default=256,
-                   help="token limit of each plan; CoT / SCoT get both limits together")
+                   help="auto = bf16 on CUDA and on CPUs with native bf16, else fp32")
+    p.add_argument("--max-new-tokens", type=at_least(1), default=512, metavar="N",
+                   help="token limit of each program")
+    p.add_argument("--plan-max-new-tokens", type=at_least(1), default=256, metavar="N",
+                   help="token limit of each plan (CoT / SCoT: both limits together)")
     # execution and output
     p.add_argument("--seed", type=int, default=0, help="base seed of sampling")
-    p.add_argument("--workers", type=at_least(1), default=None,
-                   help="sandbox worker processes (default: the CPU count)")
+    p.add_argument("--workers", type=at_least(1), help="sandbox workers (default: the CPU count)")
     p.add_argument("--allow-unisolated", action="store_true",
-                   help="execute generated code although the sandbox cannot isolate it from your "
-                        "files")
+                   help="execute generated code although the sandbox cannot isolate it")
     p.add_argument("--allow-uncounted", action="store_true",
-                   help="use CPU / memory figures the sandbox cannot count in full (no cgroup; "
-                        "README, The sandbox)")
-    p.add_argument("--out", default=None, metavar="DIR", help="the run directory")
+                   help="use CPU / memory figures the sandbox cannot count in full (no cgroup)")
+    p.add_argument("--out", metavar="DIR", help="the run directory")
     return p
 
 

@@ -70,10 +70,6 @@ class LoRALinear(nn.Module):
         # name -> hyper-parameter, kept for adapter_config.json
         self.r, self.lora_alpha, self.scaling = {}, {}, {}
         self.active = None
-        # name -> (A, B * scaling) in the base dtype, for `adapters_in_base_dtype`: buffers kept
-        # across entries and refilled in place.
-        self.sampling = {}
-        self.in_base_dtype = None  # the adapter whose sampling copies are current, or None
 
     def add_adapter(self, name, r, alpha, dropout, dtype=torch.float32):
         w = self.base_layer.weight  # (out, in)
@@ -92,15 +88,11 @@ class LoRALinear(nn.Module):
         name = self.active
         if name is None or name not in self.lora_A:
             return out
-        if self.in_base_dtype == name and not torch.is_grad_enabled():
-            # Sampling: two matmuls and an add, no casts and no scale (3 kernels per wrapped module
-            # and token instead of ~6).
-            A, B = self.sampling[name]  # (r, in), (out, r) in the base dtype
-            return out + F.linear(F.linear(x, A), B)  # (..., out)
         A, B = self.lora_A[name], self.lora_B[name]
         # The adapter runs in its own dtype (float32 by default) so that small updates are not
         # rounded away in bf16; it costs 2 * r * (in + out) flops per token, noise next to the
-        # base layer.
+        # base layer. Sampling and the loss run this same computation, so the tokens are drawn
+        # from exactly the policy whose log-probs the loss takes.
         h = self.lora_dropout[name](x).to(A.dtype)  # (..., in)
         delta = F.linear(F.linear(h, A), B) * self.scaling[name]  # (..., out)
         return out + delta.to(out.dtype)
@@ -201,46 +193,6 @@ def use_adapter(model, name):
     finally:
         _set_active(model, previous)
 
-
-@contextlib.contextmanager
-def adapters_in_base_dtype(model):
-    """Context for sampling: under torch.no_grad() each wrapper's active adapter runs in its base
-    layer's dtype, with alpha / r folded into a copy of B.
-
-    The copies are made on entry, so they are the adapter as it is now; the base weights are never
-    touched, and training and log-probs (grad, or outside the context) keep the float32 adapter.
-    The copies are buffers of the wrapper, allocated on the first entry and refilled in place on
-    every later one (stable storage; ~2 bytes per adapter parameter on a bf16 base, e.g. 17 MB for
-    r=16 on the 0.5B).
-
-    Tolerance: on a float32 base the only change is the rounding of B * scaling (none when
-    alpha / r is a power of two, as the defaults 32 / 16). On a bf16 base the adapter's term
-    carries bf16 rounding (A, B * scaling and the rank-r activations each rounded once: ~3 * 2^-9
-    of that term; tested within 2^-6) where training computes it in float32, so a rollout's tokens
-    come from a policy that differs from the trained one by that much; the output is rounded to
-    bf16 in both. Not folded into W instead: W + B A rounded to bf16 loses most of a small update
-    (why the adapter is float32 at all), and restoring the exact W afterwards would need a copy of
-    every wrapped weight."""
-    mods = [m for _, m in lora_modules(model) if m.active in m.lora_A]
-    with torch.no_grad():
-        for m in mods:
-            name = m.active
-            dtype = m.base_layer.weight.dtype
-            A, B = m.lora_A[name], m.lora_B[name] * m.scaling[name]  # (r, in), (out, r)
-            if name not in m.sampling or m.sampling[name][0].shape != A.shape:
-                # First entry: allocate once.
-                m.sampling[name] = (torch.empty_like(A, dtype=dtype),
-                                    torch.empty_like(B, dtype=dtype))
-            # In place: the same storage on every entry (no allocation churn; a captured graph
-            # could read it).
-            m.sampling[name][0].copy_(A)
-            m.sampling[name][1].copy_(B)
-            m.in_base_dtype = name
-    try:
-        yield model
-    finally:
-        for m in mods:
-            m.in_base_dtype = None
 
 
 def adapters_off(model):

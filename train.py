@@ -46,6 +46,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -55,6 +56,7 @@ import agents
 import data
 import grpo
 import rewards
+import sandbox
 from evaluate import (UsageError, at_least, check_inputs, cli, held_out_eval, open_team, parser,
                       progress)
 
@@ -99,12 +101,10 @@ def get_args(argv=None):
     p = parser("Collaborative GRPO for code generation (CoRe-Code): train one agent's LoRA "
                "adapter with the others frozen: the Planner, then the Coder.", split="train")
     p.add_argument("--stage", choices=sorted(STAGES),
-                   help="the agent trained: planner, coder (after planner), direct (single-agent "
-                        "GRPO), retriever / debugger (MapCoder's agents), toy (a sanity check)")
-    p.add_argument("--num-steps", type=at_least(1), default=200, metavar="N",
-                   help="optimizer steps")
-    p.add_argument("--problems-per-step", type=at_least(1), default=4, metavar="N",
-                   help="problems (groups) per step")
+                   help="the agent trained: planner, coder, direct (single-agent GRPO), "
+                        "retriever or debugger (MapCoder), toy")
+    p.add_argument("--num-steps", type=at_least(1), default=200, help="optimizer steps")
+    p.add_argument("--problems-per-step", type=at_least(1), default=4, help="problems (groups)")
     p.add_argument("--group-size", type=at_least(2), default=8, metavar="G",
                    help="samples of the trained role per problem")
     p.add_argument("--downstream-samples", type=at_least(1), default=1, metavar="M",
@@ -118,21 +118,18 @@ def get_args(argv=None):
     p.add_argument("--lr", type=at_least(0.0, float), default=1e-5, help="AdamW learning rate")
     p.add_argument("--warmup-steps", type=at_least(0), default=10, metavar="N",
                    help="linear warm-up steps, then constant")
-    p.add_argument("--micro-batch", type=at_least(1), default=8, metavar="N",
-                   help="completions per forward/backward")
+    p.add_argument("--micro-batch", type=at_least(1), default=8, help="completions a backward pass")
     p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
                    help="gradient checkpointing of the decoder layers (less memory, ~1.6x slower)")
     p.add_argument("--eval-split", default="validation", metavar="SPLIT",
                    help="held-out split of the periodic evaluation")
-    p.add_argument("--eval-limit", type=at_least(0), default=20, metavar="N",
-                   help="held-out problems (greedy pass@1)")
+    p.add_argument("--eval-limit", type=at_least(0), default=20, help="held-out problems")
     p.add_argument("--eval-every", type=at_least(0), default=25, metavar="N",
                    help="held-out evaluation every N steps, at step 0 and at the end; 0 = never")
     p.add_argument("--allow-held-out-split", action="store_true",
                    help="allow training on a split other than train, or choosing checkpoints on "
                         "test")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the last checkpoint in --out")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     args = p.parse_args(argv)
     args.out = args.out or os.path.join("runs", args.stage or "")
     return args
@@ -407,14 +404,13 @@ def failing_public(state, problems, ctxs, generators):
             [generators[i] for i in keep])
 
 
-class MicroBatch(tuple):
-    """(rows, input_ids, attention_mask, completion_mask, completion_start) of one micro-batch."""
-
-    rows = property(lambda self: self[0])              # slice of the step's rows
-    input_ids = property(lambda self: self[1])         # (mb, left + right)
-    attention_mask = property(lambda self: self[2])    # (mb, left + right)
-    completion_mask = property(lambda self: self[3])   # (mb, right), EOS included
-    completion_start = property(lambda self: self[4])  # left: the longest prompt in the micro-batch
+class MicroBatch(NamedTuple):
+    """One micro-batch of the step's completions, trimmed to the columns its rows use."""
+    rows: slice                    # its rows among the step's
+    input_ids: torch.Tensor        # (mb, left + right) prompt left-padded, completion right-padded
+    attention_mask: torch.Tensor   # (mb, left + right)
+    completion_mask: torch.Tensor  # (mb, right), EOS included
+    completion_start: int          # left: the longest prompt in the micro-batch
 
 
 def micro_batches(samples, size):
@@ -433,7 +429,7 @@ def micro_batches(samples, size):
         right = max(1, int(cmask[rows].sum(1).max()))  # longest completion
         cols = slice(P - left, P + right)
         ids, mask = input_ids[rows][:, cols], attn[rows][:, cols]  # (mb, left + right)
-        out.append(MicroBatch((rows, ids, mask, cmask[rows][:, :right], left)))
+        out.append(MicroBatch(rows, ids, mask, cmask[rows][:, :right], left))
     return out
 
 
@@ -528,7 +524,7 @@ def set_up(args, team):
     state.bar = tqdm(total=args.num_steps, initial=start, desc=f"train {args.stage}",
                      dynamic_ncols=True, disable=None)
     state.show = progress(state.bar, lambda: "")
-    say(state, work_line(state, start))
+    say(state, header(state, start))
     if importlib.util.find_spec("matplotlib") is None:
         say(state, "curves.png: not drawn without matplotlib (pip install matplotlib); "
                    "metrics.jsonl holds every figure")
@@ -558,7 +554,6 @@ def resume_or_start(state):
     for name, content in files.items():
         with open(os.path.join(args.out, name), "w") as f:
             json.dump(content, f, indent=1)
-    say(state, header(state))
     return start
 
 
@@ -679,55 +674,34 @@ def say(state, *lines, **kw):
     tqdm.write(*lines, **kw)
 
 
-def header(state):
-    """The run's first lines: what trains on what, the sandbox's mode, what the efficiency term
-    does."""
-    args = state.args
+def header(state, start):
+    """The run's first lines: what trains on what, the work ahead in the reader's units, the
+    sandbox's mode and what the efficiency term does."""
+    args, role = state.args, state.role
     dtype = str(next(state.model.parameters()).dtype).replace("torch.", "")
-    parts = [f"train {args.stage}: model {args.model}", f"{state.device} {dtype}",
-             f"{args.num_steps} steps x {args.problems_per_step} problems x G={args.group_size}",
-             f"lr {args.lr:g} beta {args.beta:g}",
-             f"{len(state.train_set)} {args.bench}/{args.split} problems, eval on "
-             f"{len(state.eval_set)} {args.eval_split}",
-             f"run directory {args.out} (all arguments: args.json)"]
-    frozen = [f"{r}={d}" for r, d in sorted(args.adapters.items()) if r != state.role]
-    if frozen:
-        parts.append(f"frozen adapters: {', '.join(frozen)}")
-    if args.adapters.get(state.role):
-        parts.append(f"starting from {state.role}={args.adapters[state.role]}")
-    lines = [" | ".join(parts), sandbox_mode_line(state)]
-    reward = STAGES[args.stage]["reward"]
-    if reward == "planner":
+    work = (f"{args.num_steps - start} steps x {args.problems_per_step} problems x "
+            f"G={args.group_size} {role} samples")
+    if STAGES[args.stage]["chain"][-1] != role:
+        work += f" x M={args.downstream_samples} programs each"
+    parts = [f"train {args.stage}: model {args.model} on {state.device} {dtype}",
+             f"work: {work} (plans <= {args.plan_max_new_tokens} tokens, programs <= "
+             f"{args.max_new_tokens})", f"lr {args.lr:g} beta {args.beta:g}",
+             f"{len(state.train_set)} {args.bench}/{args.split} problems",
+             f"held-out eval: {len(state.eval_set)} {args.eval_split} problems, every "
+             f"{args.eval_every or '-'} steps", f"run directory {args.out} (args.json)"]
+    parts += [f"adapter {r}={d}" for r, d in sorted(args.adapters.items()) if d]
+    lines = [" | ".join(parts), sandbox.mode_line(state.team.pool.mode)]
+    if STAGES[args.stage]["reward"] == "planner":
         lines.append("reward: pass rate, then CPU time against the group's median all-passing "
                      "program (time_rank_frac logs how often it reorders a group)")
-    elif reward == "coder":
+    elif STAGES[args.stage]["reward"] == "coder":
         lines.append("reward: pass rate, then peak memory above the group's lowest; differences "
                      "under the 1 MiB noise floor tie (memory_rank_frac logs how often it reorders "
                      "a group)")
-    return "\n".join(lines)
-
-
-def sandbox_mode_line(state):
-    # the one line it prints of itself; train.py otherwise reaches it through the team
-    import sandbox
-    return sandbox.mode_line(state.team.pool.mode)
-
-
-def work_line(state, start):
-    """What the run is about to do, in the reader's units, before it spends anything on it."""
-    args, stage = state.args, STAGES[state.args.stage]
-    line = (f"work: {args.num_steps - start} steps x {args.problems_per_step} problems x "
-            f"G={args.group_size} {state.role} samples")
-    if stage["chain"][-1] != state.role:
-        line += f" x M={args.downstream_samples} programs each"
-    line += f" (plans <= {args.plan_max_new_tokens} tokens, programs <= {args.max_new_tokens})"
-    if state.eval_set:
-        evals = args.num_steps // args.eval_every + 1
-        line += f"; {evals} held-out evals of {len(state.eval_set)} problems"
     if state.device.type == "cpu":
-        line += ("; the defaults (200 steps x 4 problems x G=8) are sized for a GPU (README, Quick "
-                 "start)")
-    return line + "; the time left follows each step"
+        lines.append("on a CPU: the defaults (200 steps x 4 problems x G=8) are sized for a GPU "
+                     "(README, Quick start); the time left follows each step")
+    return "\n".join(lines)
 
 
 def step_line(state, m):

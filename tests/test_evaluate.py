@@ -114,7 +114,7 @@ def test_summarize_reports_the_plans_format_and_share_truncated_for_methods_with
     assert s["planner-coder"]["plan_ok_frac"] == 0.5 and s["planner-coder"]["plan_content_free_frac"] == 0.5
     assert "plan_truncated_frac" not in s["direct"]  # no plans, no plan statistics
     table = evaluate.format_table(s, n=1)
-    assert "trunc%" in table and "50.0" in table.splitlines()[2]
+    assert "truncated%" in table and "50.0" in table.splitlines()[2]
 
 
 def test_paired_counts_only_the_problems_both_have():
@@ -604,8 +604,9 @@ def test_sigterm_keeps_the_finished_problems_and_the_same_command_continues_to_t
     assert proc.returncode == 143 and err.strip().splitlines()[-1].startswith("interrupted:"), err
     assert "the same command continues" in err and not os.path.exists(out / "summary.json")
     # The log got the work line and a time left before the stop.
-    assert "work: 12 problem-rows to run (6 problems x 2 rows" in open(tmp_path / "log").read()
-    assert re.search(r"direct: \d/6 problems, .* left in this row, ~\S+ in the run", open(tmp_path / "log").read())
+    assert "work: 12 problem-rows to run (6 problems x 2 methods" in open(tmp_path / "log").read()
+    assert re.search(r"direct: \d/6 problems, .* left in this method, ~\S+ in the run",
+                     open(tmp_path / "log").read())
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "skipped" in r.stdout, r.stderr
 

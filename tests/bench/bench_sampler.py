@@ -27,8 +27,7 @@ programs).
 Part 4, decode attention (agents.PACKED_SDPA, no model needed): one layer's attention of one padded decode step at
 the 0.5B's head layout (14 query heads, 2 KV heads, d = 64, bf16), --attn-batch rows x --attn-len cached tokens:
 transformers <= 5.17's path (K/V repeated to every query head, then SDPA) against ours (a KV head's query heads as
-its rows), alternating, best of 5; outputs must agree. (Removed: part 4 measured the shared-head prefill, ~4% of a
-recipe step, taken out of agents.py; see git history.)
+its rows), alternating, best of 5; outputs must agree.
 
 What it is not. Not a throughput study across batch sizes, not a measure of prefix caching or serving engines.
 Where our speed comes from: one prefill per prompt (HF prefills every one of the G copies of a prompt), and less
