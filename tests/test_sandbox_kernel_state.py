@@ -276,3 +276,19 @@ def test_where_the_standard_library_is_readable_the_mode_says_nothing(pool1):
     assert pool1.mode["stdlib"] and "standard library" not in sb.mode_line(pool1.mode)
     r = pool1.run([stdio("import csv, glob, hashlib, textwrap\nprint(1)\n", "1")])[0]
     assert r.verdict == "passed", r.stderr[-300:]
+
+
+# --- The filter's own edges ------------------------------------------------------------------------------------------
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 numbers exist on x86_64 only")
+def test_a_call_by_another_abis_number_kills_the_run(pool1):
+    # getpid by its x32 number: the filter's call numbers are x86_64's, so any other ABI's call is refused outright.
+    program = "import ctypes\nctypes.CDLL(None).syscall(0x40000000 | 39)\nprint('alive')\n"
+    r = pool1.run([stdio(program, "alive")])[0]
+    assert r.verdict != "passed" and "alive" not in r.stdout, (r.verdict, r.stdout)
+
+
+def test_the_filter_is_declared(pool1):
+    if pool1.isolation["seccomp"]:
+        assert "system-call filter" not in sb.mode_line(pool1.mode)
+    else:
+        assert not pool1.mode["isolated"] and "system-call filter" in sb.mode_line(pool1.mode)

@@ -14,11 +14,13 @@ its own PID and mount namespaces, forking a child that exits at once.
   pidns   as netns, plus PID and mount namespaces per run (one more fork: the run is pid 1 of its own)
   runcg   issue 49: a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
           (sandbox.py keeps the pids and cpuacct ones, reset, and makes the memory one anew)
-  unixgc  round 5: after the run a unix socket is made and closed, which runs the kernel's unix garbage collector
+  unixgc  after the run a unix socket is made and closed, which runs the kernel's unix garbage collector
           (it frees descriptor loops a run left); no loop exists here, the common case
+  seccomp the child sets no_new_privs and installs sandbox.py's system-call filter (what each run does last)
 
 Not a test (not collected); numbers vary with the machine's load: steps are measured interleaved, in rounds,
-and the median of the rounds is printed.
+and the median of the rounds is printed. Ends with one line: RESULT all_wall_ms=... all_cpu_ms=... (every step
+together, over the bare fork) seccomp_wall_ms=... seccomp_cpu_ms=... (the filter alone, over the bare fork).
 """
 import ctypes
 import os
@@ -26,6 +28,9 @@ import resource
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import sandbox  # noqa: E402  (its filter, built once at import as in the fork server)
 
 libc = ctypes.CDLL(None, use_errno=True)
 NEWNS, NEWUSER, NEWPID, NEWNET, NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
@@ -103,6 +108,9 @@ def main(runs):
                 check(libc.unshare(NEWUSER | NEWIPC), "unshare user + IPC")
                 if libc.syscall(SYS_KEYCTL, 1, None) < 0:
                     os._exit(3)
+            if step in ("seccomp", "all"):
+                check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+                sandbox._install_seccomp()
             os._exit(0)
         _, status = os.waitpid(p, 0)
         assert status == 0, (step, status)
@@ -129,7 +137,7 @@ def main(runs):
         return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
                                                                              resource.RUSAGE_CHILDREN)))
 
-    steps = ["base", "pid", "ns", "netns", "pidns", "cgroup", "runcg", "tmpfs", "stack", "unixgc", "all"]
+    steps = ["base", "pid", "ns", "netns", "pidns", "cgroup", "runcg", "tmpfs", "stack", "unixgc", "seccomp", "all"]
     wall, used = {s: [] for s in steps}, {s: [] for s in steps}
     for _ in range(7):
         for step in steps:
@@ -140,12 +148,15 @@ def main(runs):
             used[step].append((cpu() - c0) / runs * 1e3)
     # CPU = this process + its reaped children (user + sys); the kernel's deferred work (freeing namespaces after an
     # RCU grace period, in kernel threads) is in neither figure.
+    extra = {}
     for step in steps:
         w, c = statistics.median(wall[step]), statistics.median(used[step])
-        print(f"{step:7s} wall {w:6.3f} ms/run ({w - statistics.median(wall['base']):+.3f})   "
-              f"CPU {c:6.3f} ms/run ({c - statistics.median(used['base']):+.3f})")
+        extra[step] = (w - statistics.median(wall["base"]), c - statistics.median(used["base"]))
+        print(f"{step:7s} wall {w:6.3f} ms/run ({extra[step][0]:+.3f})   CPU {c:6.3f} ms/run ({extra[step][1]:+.3f})")
     os.rmdir(cg)
     check(libc.umount2(stack.encode(), 2), "umount the stack")
+    print(f"RESULT all_wall_ms={extra['all'][0]:.3f} all_cpu_ms={extra['all'][1]:.3f} "
+          f"seccomp_wall_ms={extra['seccomp'][0]:.3f} seccomp_cpu_ms={extra['seccomp'][1]:.3f}")
 
 
 if __name__ == "__main__":
