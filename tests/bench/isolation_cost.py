@@ -3,16 +3,16 @@ with one step added (python tests/bench/isolation_cost.py [runs]). Root only (as
 it runs as root). The steps are the calls sandbox.py makes, in the same process shape: a server that is pid 1 of
 its own PID and mount namespaces, forking a child that exits at once.
 
-  pid     a random pid for the run (write ns_last_pid)                            issue 26, item 1
-  ns      the child drops to nobody, enters a user + IPC namespace, joins a new session keyring   items 3-6
-  cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back    item 2
-  tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it                 item 9
+  pid     a random pid for the run (write ns_last_pid)
+  ns      the child drops to another uid, enters a user + IPC namespace, joins a new session keyring
+  cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back
+  tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it
   stack   as tmpfs, but each run's tmpfs is covered by the next one's and the stack unmounted 32 at a time (what
           sandbox.py does: an unmount waits for an RCU grace period, so one per 32 runs, not one per run)
   netns   as ns, plus a network namespace of the run's own (what sandbox.py does where it lacks /proc/self/net;
-          else it renews the worker's only after a run that left a socket: issue 49)
+          else it renews the worker's only after a run that left a socket)
   pidns   as netns, plus PID and mount namespaces per run (one more fork: the run is pid 1 of its own)
-  runcg   issue 49: a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
+  runcg   a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
           (sandbox.py keeps the pids and cpuacct ones, reset, and makes the memory one anew)
   unixgc  after the run a unix socket is made and closed, which runs the kernel's unix garbage collector
           (it frees descriptor loops a run left); no loop exists here, the common case
