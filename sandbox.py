@@ -524,7 +524,10 @@ def _finish(job, tests, runs, error=""):
                  for t in tests]
     tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
     first_bad = next((t for t in tests if t.verdict != "passed"), None)
-    return ProgramResult(verdict=first_bad.verdict if first_bad else ("error" if error else "passed"), tests=tests,
+    verdict = "error" if error else "passed"            # no test did not pass (or there are none)
+    if first_bad:
+        verdict = first_bad.verdict
+    return ProgramResult(verdict=verdict, tests=tests,
                          passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
                          wall_s=sum((r["wall_s"] for r in runs), 0.0), peak_bytes=peak_kb * 1024,
                          stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
@@ -667,7 +670,10 @@ def _tag_value(x, depth, budget):
     # `type(x) is ...`, never isinstance: a subclass can override __eq__, __hash__, __repr__ or __iter__;
     # builtin types cannot be patched, so only exact types behave in ways the candidate does not control.
     t = type(x)
-    budget[0] -= 8 + (len(x) if t in (str, bytes, bytearray) else x.bit_length() // 4 if t is int else 0)
+    size = x.bit_length() // 4 if t is int else 0
+    if t in (str, bytes, bytearray):
+        size = len(x)
+    budget[0] -= 8 + size
     if budget[0] < 0:       # escapes may lengthen a string: encode_value's final length check catches that
         raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
     if x is None or t in (bool, str) or (t is float and math.isfinite(x)) \
@@ -1452,8 +1458,8 @@ def _check(ret, what):
 
 
 def _mount(src, target, fstype, flags, data=None):
-    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(_libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+    src, path, fstype, data = (None if a is None else a.encode() for a in (src, target, fstype, data))
+    _check(_libc.mount(src, path, fstype, ctypes.c_ulong(flags), data), f"mount {target}")
 
 
 class _ServerState:
@@ -1897,7 +1903,7 @@ def _cgroup_dirs(proc_cgroup: str, mountinfo: str) -> tuple:
     for line in mountinfo.splitlines():
         f = line.split()
         fs = f[f.index("-") + 1:]
-        for c in ([""] if fs[0] == "cgroup2" else fs[2].split(",") if fs[0] == "cgroup" else []):
+        for c in {"cgroup2": [""], "cgroup": fs[2].split(",")}.get(fs[0], []):
             mounts[c] = (f[4], f[3])           # mount point, the hierarchy's path mounted there
     found = {}
     for line in proc_cgroup.splitlines():
