@@ -23,7 +23,8 @@ refusal), then the judge (verdicts, values, splitting assert tests, comparing ou
 the workers; then, marked PART 2, the isolation: the child, the fork server and the layers, each a section saying
 what it defends and what happens without it.
 
-Threat model: what a run must not be able to do, and the mechanism that holds it (every mode unless said).
+Threat model: what a run must not be able to do, and the mechanism that holds it (in every mode unless said; where
+the kernel refuses a mechanism, the mode says which guarantee is missing).
   forge its verdict          the verdict is computed in the parent, on type-strict values; expected values and
                              other jobs' data never enter the run (the server holds none: memfds, splice, sendfile)
   read the user's files,     the minimal root (read-only: /usr, the interpreter and its standard library; no
@@ -36,7 +37,7 @@ Threat model: what a run must not be able to do, and the mechanism that holds it
   leave state in the page    seccomp: the calls that query or evict residency fail (fadvise, mincore, readahead,
   cache for a later run      cachestat, preadv2 / RWF_NOWAIT, io_uring, aio, madvise COLD / PAGEOUT). Not closed:
                              timing a first read of a file page (or counting its major fault) still tells whether
-                             it was cached, a side channel; a run cannot clear a page another run cached
+                             it was cached, a side channel; a run cannot evict a page cached before it began
   starve a concurrent run    per worker: a CPU cap; per run: pids.max and the memory limit in its cgroup, and as
   (CPU, processes, per-uid   root a uid of its worker's own (RUN_UID_BASE + pid), so per-user kernel budgets (pipe
   kernel budgets)            buffers, queued signals, inotify, keys) are not shared. Not root: every run is the
@@ -49,7 +50,7 @@ Threat model: what a run must not be able to do, and the mechanism that holds it
   for want of a module       cannot read the standard library (an interpreter under /root, no minimal root) the
                              mode line says so once, and refusal stops it
 Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`); the
-flags --allow-unisolated and --allow-uncounted override the refusals by name.
+flags --allow-unisolated and --allow-uncounted override the refusals by name, all but the standard library's.
 
 What it is not. Not a boundary against kernel exploits or timing side channels, not a judge for interactive
 problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate in a loop,
