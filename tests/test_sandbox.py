@@ -9,6 +9,7 @@ import collections
 import decimal
 import fractions
 import gc
+import itertools
 import json
 import math
 import os
@@ -648,3 +649,56 @@ def test_copies_of_one_passing_program_get_small_advantages_end_to_end(pool):
 def test_feedback_summarises_an_int_str_refuses_and_shows_the_rest():
     # str() refuses ints over 4300 digits; the feedback shows the rest of the value and a summary in its place.
     assert sb._short([1, 10 ** 5000, "x"]) == "[1, <int with 16610 bits>, 'x']"
+
+
+# --- Judging stdio is total: whatever a program prints, a verdict--------------------------------------------
+def test_a_huge_exponent_where_an_integer_is_expected_fails_that_test_not_the_batch(pool):
+    good = sb.Job("print(int(input()) + 1)", "stdio", [{"input": "1", "output": "2"}])
+    bad = sb.Job("print('1e99999999999999999999')", "stdio", [{"input": "", "output": "2"}])
+    results = pool.run([good, bad])                        # before: decimal.InvalidOperation, both results lost
+    assert [r.verdict for r in results] == ["passed", "failed"], [(r.verdict, r.error) for r in results]
+
+
+def _hostile_spellings():
+    """Number spellings no judge reads as the expected token: huge exponents (the digits of Decimal's limits and
+    past them), NaN and infinities, full-width and other non-ASCII digits, doubled signs and other non-numbers."""
+    out = []
+    for digits, sign, mantissa in itertools.product((7, 18, 19, 20, 21, 40), ("", "+", "-"), ("1", "0.5", "5")):
+        out.append(f"{mantissa}e{sign}{'9' * digits}")
+    out += ["nan", "NaN", "-nan", "+nan", "inf", "-inf", "+inf", "Infinity", "-Infinity", "infinity", "1e", "e5",
+            ".", "+", "-", "--5", "+-5", "5-", "0x5", "5_0", "1__0", "\uff15", "\uff15.\uff10", "\u0665", "\u0665.0",
+            "\u0e55", "\u00b9", "\u2155", "5\u0301", "\uff0b5", "\u22125", "1e\uff15", "sNaN", "1e5e5"]
+    return out
+
+
+EXPECTED = ["5", "0", "50", "121932631112635269", "12345678901234567890", "5.0", "1e5", "nan", "abc"]
+
+
+@pytest.mark.parametrize("got", _hostile_spellings())
+def test_hostile_number_spellings_are_wrong_answers_never_exceptions(got):
+    verdicts = [sb.stdio_equal(got + "\n", e + "\n") for e in EXPECTED if e != got]
+    assert verdicts == [False] * len(verdicts), list(zip(EXPECTED, verdicts))
+
+
+def test_full_width_digits_are_not_the_expected_number():
+    assert not sb.stdio_equal("\uff11.\uff15\n", "1.5\n")          # before: float() read them, and it passed
+    assert not sb.stdio_equal("\uff15\n", "5\n")
+
+
+def test_legitimate_spellings_keep_their_verdicts():
+    assert sb.stdio_equal("5.0\n", "5\n") and sb.stdio_equal("1.21932631112635269e17\n", "121932631112635269\n")
+    assert sb.stdio_equal("1e-7\n", "0.0\n") and not sb.stdio_equal("1e999999\n", "5\n")
+
+
+def test_a_judge_that_fails_on_one_output_fails_that_test_only(pool, monkeypatch):
+    real = sb.stdio_equal
+
+    def judge(got, expected):
+        if "boom" in got:
+            raise ArithmeticError("no rule for this output")
+        return real(got, expected)
+    monkeypatch.setattr(sb, "stdio_equal", judge)
+    job = sb.Job("print(input())", "stdio", [{"input": "1", "output": "1"}, {"input": "boom", "output": "1"}])
+    r = pool.run([job, sb.Job("print(1)", "stdio", [{"input": "", "output": "1"}])])
+    assert [t.verdict for t in r[0].tests] == ["passed", "error"] and r[1].verdict == "passed", r
+    assert "judging failed" in r[0].tests[1].error and "ArithmeticError" in r[0].tests[1].error

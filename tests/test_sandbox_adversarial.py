@@ -202,8 +202,13 @@ def pool():
         yield p
 
 
-def _uid_processes(uid):
-    """Pids of processes whose real uid is `uid` (from /proc)."""
+def _run_uids(pool):
+    """The uids the pool's runs have (a root worker's runs have one of their own)."""
+    return {w.features["run_as"] for w in pool._workers}
+
+
+def _uid_processes(uids):
+    """Pids of processes whose real uid is one of `uids` (from /proc)."""
     pids = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -212,7 +217,7 @@ def _uid_processes(uid):
             with open(f"/proc/{name}/status") as fh:
                 for line in fh:
                     if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
+                        if int(line.split()[1]) in uids:
                             pids.add(int(name))
                         break
         except OSError:
@@ -289,8 +294,8 @@ def _leftovers(pool, uid_before):
     if pool.isolation["pid_ns"]:
         return _pool_processes(pool)
     left = set()
-    if pool.isolation["drops_to_nobody"]:
-        left |= _uid_processes(sb.RUN_UID) - uid_before
+    if pool.isolation["drops_uid"]:
+        left |= _uid_processes(_run_uids(pool)) - uid_before
     for w in pool._workers:
         left |= _descendants(w.proc.pid)
     return left
@@ -321,7 +326,7 @@ def _skip_unless(pool, needs):
 def test_attack_gets_right_verdict_and_leaves_host_unharmed(pool, name):
     a = BY_NAME[name]
     _skip_unless(pool, a["needs"])
-    uid_before = _uid_processes(sb.RUN_UID)
+    uid_before = _uid_processes(_run_uids(pool))
     result = pool.run([make_job(a)])[0]
     assert result.verdict in a["expect"], f"{name}: {result.verdict} {[t.error for t in result.tests]}"
     if not a["legit"]:
@@ -364,7 +369,7 @@ def test_connect_to_localhost_listener_fails(pool):
                 pass
     t = threading.Thread(target=accept, daemon=True)
     t.start()
-    uid_before = _uid_processes(sb.RUN_UID)
+    uid_before = _uid_processes(_run_uids(pool))
     result = pool.run([make_job(BY_NAME["connect_localhost"], port=server.getsockname()[1])])[0]
     t.join()
     server.close()
@@ -410,7 +415,7 @@ def test_cpu_of_helper_processes_is_counted(pool, name):
             + "    return x + 1\n"
     else:
         program = "import os, time\nr, w = os.pipe()\n" + HIDDEN_CPU[name] + "def f(x):\n    return x + 1\n"
-    uid_before = _uid_processes(sb.RUN_UID)
+    uid_before = _uid_processes(_run_uids(pool))
     result = pool.run([sb.Job(program, "assert", list(CASES[:1]), fn_name="f", time_limit_s=3.0)])[0]
     assert result.verdict == "passed", (result.verdict, result.error)
     assert result.cpu_s >= 0.35, result.cpu_s
@@ -420,10 +425,10 @@ def test_cpu_of_helper_processes_is_counted(pool, name):
 def test_setsid_daemon_does_not_survive(pool):
     # The daemon sleeps 60 s; after the run no process of the run's uid and nothing under a worker remains.
     _skip_unless(pool, ("pid_ns",))
-    uid_before = _uid_processes(sb.RUN_UID)
+    uid_before = _uid_processes(_run_uids(pool))
     result = pool.run([make_job(BY_NAME["setsid_double_fork_daemon"])])[0]
     assert result.verdict == "failed"
-    assert _uid_processes(sb.RUN_UID) - uid_before == set() or not pool.isolation["drops_to_nobody"]
+    assert _uid_processes(_run_uids(pool)) - uid_before == set() or not pool.isolation["drops_uid"]
     assert_unharmed(pool, uid_before)
 
 
@@ -447,7 +452,7 @@ def test_a_left_over_directory_tree_is_removed_without_restarting_the_worker(poo
                  time_limit_s=5.0)
     results = pool.run([job] * len(pids))
     assert [r.verdict for r in results] == ["passed"] * len(pids), [r.error for r in results]
-    assert_unharmed(pool, _uid_processes(sb.RUN_UID))
+    assert_unharmed(pool, _uid_processes(_run_uids(pool)))
     assert [w.proc.pid for w in pool._workers] == pids, "a worker was restarted"
 
 
@@ -686,7 +691,7 @@ def test_expected_values_never_reach_the_child(pool):
 def test_calling_process_survives_and_isolation_is_reported(pool):
     # Whatever ran above, this process is alive (we are executing) and the pool says what it enforced.
     assert os.getpid() > 0
-    for key in ("pid_ns", "net_ns", "user_ns", "mount_ns", "minimal_root", "drops_to_nobody", "notes"):
+    for key in ("pid_ns", "net_ns", "user_ns", "mount_ns", "minimal_root", "drops_uid", "notes"):
         assert key in pool.isolation
     print("isolation:", pool.isolation, file=sys.stderr)
 
@@ -898,22 +903,22 @@ def test_no_key_outlives_its_run(pool):
     # Looked up as the uid the runs use, from a child of this process: the user keyrings of that uid.
     import ctypes
     assert pool.run([sb.Job(_channel(KEY_WRITE), "assert", list(CASES), fn_name="f")])[0].verdict == "passed"
-    uid = sb.RUN_UID if os.geteuid() == 0 else os.geteuid()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        found = 0
-        try:
-            os.setresuid(uid, uid, uid)
-            libc = ctypes.CDLL(None, use_errno=True)
-            for ring in (4, 5):
-                found += libc.syscall(250, 10, -ring, b"user", KEY_DESC.encode() + b"%d" % ring, 0) > 0
-        finally:
-            os.write(w, b"%d" % found)
-            os._exit(0)
-    os.close(w)
-    os.waitpid(pid, 0)
-    assert os.read(r, 16) == b"0", "a key the run added is still in its uid's keyrings"
+    for uid in _run_uids(pool):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            found = 0
+            try:
+                os.setresuid(uid, uid, uid)
+                libc = ctypes.CDLL(None, use_errno=True)
+                for ring in (4, 5):
+                    found += libc.syscall(250, 10, -ring, b"user", KEY_DESC.encode() + b"%d" % ring, 0) > 0
+            finally:
+                os.write(w, b"%d" % found)
+                os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        assert os.read(r, 16) == b"0", f"a key the run added is still in uid {uid}'s keyrings"
 
 
 # --- 5. each run's process limit is its own ------------------------------------------------------------

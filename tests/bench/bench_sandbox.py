@@ -17,7 +17,7 @@ What it measures:
 4. The floor: the cheapest fork server of the same warm image (sandbox.py imported, its preload, gc.freeze), with
    no isolation, limits, measurement or result protocol: read a program, fork, exec it, waitpid, reply one byte.
    Its speedup on the fast set is what any fork-per-program sandbox of this image could reach here.
-What it is not: a test (nothing asserts). Targets (issue 12): speedup_without_slow >= 8,
+What it is not: a test (nothing asserts). Targets: speedup_without_slow >= 8,
 sandbox_speedup / speedup_bound >= 0.85, cpu_time_cv <= 0.05 on a quiet machine, false passes 0.
 
 Run: .venv/bin/python tests/bench/bench_sandbox.py [--n 974] [--workers N]

@@ -3,22 +3,25 @@ with one step added (python tests/bench/isolation_cost.py [runs]). Root only (as
 it runs as root). The steps are the calls sandbox.py makes, in the same process shape: a server that is pid 1 of
 its own PID and mount namespaces, forking a child that exits at once.
 
-  pid     a random pid for the run (write ns_last_pid)                            issue 26, item 1
-  ns      the child drops to nobody, enters a user + IPC namespace, joins a new session keyring   items 3-6
-  cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back    item 2
-  tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it                 item 9
+  pid     a random pid for the run (write ns_last_pid)
+  ns      the child drops to another uid, enters a user + IPC namespace, joins a new session keyring
+  cgroup  peak reset, usage read, limit write; the child joins the cgroup; the peak read back
+  tmpfs   the run directory is a tmpfs mounted for the run and unmounted after it
   stack   as tmpfs, but each run's tmpfs is covered by the next one's and the stack unmounted 32 at a time (what
           sandbox.py does: an unmount waits for an RCU grace period, so one per 32 runs, not one per run)
   netns   as ns, plus a network namespace of the run's own (what sandbox.py does where it lacks /proc/self/net;
-          else it renews the worker's only after a run that left a socket: issue 49)
+          else it renews the worker's only after a run that left a socket)
   pidns   as netns, plus PID and mount namespaces per run (one more fork: the run is pid 1 of its own)
-  runcg   issue 49: a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
+  runcg   a memory, a pids and a cpuacct cgroup made for the run, joined, and removed after it
           (sandbox.py keeps the pids and cpuacct ones, reset, and makes the memory one anew)
-  unixgc  round 5: after the run a unix socket is made and closed, which runs the kernel's unix garbage collector
+  unixgc  after the run a unix socket is made and closed, which runs the kernel's unix garbage collector
           (it frees descriptor loops a run left); no loop exists here, the common case
+  seccomp the bare fork once this process has sandbox.py's system-call filter, which every child inherits (what a
+          worker does: it installs the filter once). Measured after the other steps (a filter cannot be removed)
 
 Not a test (not collected); numbers vary with the machine's load: steps are measured interleaved, in rounds,
-and the median of the rounds is printed.
+and the median of the rounds is printed. Ends with one line: RESULT all_wall_ms=... all_cpu_ms=... (every step
+together, over the bare fork) seccomp_wall_ms=... seccomp_cpu_ms=... (the filter alone, over the bare fork).
 """
 import ctypes
 import os
@@ -26,6 +29,9 @@ import resource
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import sandbox  # noqa: E402  (its filter, built once at import as in the fork server)
 
 libc = ctypes.CDLL(None, use_errno=True)
 NEWNS, NEWUSER, NEWPID, NEWNET, NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
@@ -129,23 +135,33 @@ def main(runs):
         return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
                                                                              resource.RUSAGE_CHILDREN)))
 
-    steps = ["base", "pid", "ns", "netns", "pidns", "cgroup", "runcg", "tmpfs", "stack", "unixgc", "all"]
+    def measure(step, name=None):
+        t0, c0 = time.perf_counter(), cpu()
+        for _ in range(runs):
+            one(step)
+        wall[name or step].append((time.perf_counter() - t0) / runs * 1e3)
+        used[name or step].append((cpu() - c0) / runs * 1e3)
+
+    steps = ["base", "pid", "ns", "netns", "pidns", "cgroup", "runcg", "tmpfs", "stack", "unixgc", "all", "seccomp"]
     wall, used = {s: [] for s in steps}, {s: [] for s in steps}
     for _ in range(7):
-        for step in steps:
-            t0, c0 = time.perf_counter(), cpu()
-            for _ in range(runs):
-                one(step)
-            wall[step].append((time.perf_counter() - t0) / runs * 1e3)
-            used[step].append((cpu() - c0) / runs * 1e3)
+        for step in steps[:-1]:
+            measure(step)
+    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    sandbox._install_seccomp()
+    for _ in range(7):
+        measure("base", "seccomp")
     # CPU = this process + its reaped children (user + sys); the kernel's deferred work (freeing namespaces after an
     # RCU grace period, in kernel threads) is in neither figure.
+    extra = {}
     for step in steps:
         w, c = statistics.median(wall[step]), statistics.median(used[step])
-        print(f"{step:7s} wall {w:6.3f} ms/run ({w - statistics.median(wall['base']):+.3f})   "
-              f"CPU {c:6.3f} ms/run ({c - statistics.median(used['base']):+.3f})")
+        extra[step] = (w - statistics.median(wall["base"]), c - statistics.median(used["base"]))
+        print(f"{step:7s} wall {w:6.3f} ms/run ({extra[step][0]:+.3f})   CPU {c:6.3f} ms/run ({extra[step][1]:+.3f})")
     os.rmdir(cg)
     check(libc.umount2(stack.encode(), 2), "umount the stack")
+    print(f"RESULT all_wall_ms={extra['all'][0]:.3f} all_cpu_ms={extra['all'][1]:.3f} "
+          f"seccomp_wall_ms={extra['seccomp'][0]:.3f} seccomp_cpu_ms={extra['seccomp'][1]:.3f}")
 
 
 if __name__ == "__main__":

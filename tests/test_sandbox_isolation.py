@@ -1,14 +1,14 @@
-"""Round 4 of the sandbox review (issue 49): one test per class of finding, in each mode it applies to.
+"""The isolation layers and the modes that declare them, one test per property, in each mode it applies to.
 
-What it is: the findings of the fourth adversarial round, each as a program that cheated (or a host state that
-misled) on the sandbox before this round, now judged right: CPU the kernel reaps by itself, CPU split over setsid
-helpers, a run starving its siblings (the worker's CPU cap), a network namespace per worker instead of per run,
-a run directory that carried inode flags, packages and project files readable from a run, page cache charged
-before a run counted as its headroom, declared modes and the refusals train.py / evaluate.py make from them, the
-cgroup v2 file formats (on a fake cgroupfs tree, and cpu.stat on this machine's real v2 hierarchy), and the
-adversarial suite as an ordinary user (a subprocess under an unused uid, with a delegated cgroup v1 subtree).
-Modes are reached in child processes (isolation="none", another uid), never by changing the host's mounts.
-What it is not: the earlier rounds (tests/test_sandbox_adversarial.py) or the judge's own logic (test_sandbox.py).
+What it is: CPU the kernel reaps by itself and CPU split over setsid helpers are counted, a run cannot starve its
+siblings of CPU (the worker's cap), nothing a run leaves in its network namespace or run directory (sockets, inode
+flags) reaches the next, packages and project files are unreadable from a run, page cache charged before a run is
+not its headroom, declared modes and the refusals train.py / evaluate.py make from them, the cgroup v2 file formats
+(on a fake cgroupfs tree, and cpu.stat on this machine's real v2 hierarchy), and the adversarial suite as an
+ordinary user (a subprocess under an unused uid, with a delegated cgroup v1 subtree). Modes are reached in child
+processes (isolation="none", another uid), never by changing the host's mounts. What it is not: the attacks
+(test_sandbox_adversarial.py), kernel state shared between runs (test_sandbox_kernel_state.py) or the judge
+(test_sandbox.py).
 """
 import contextlib
 import ctypes
@@ -244,7 +244,6 @@ for d, _, files in os.walk("/usr/lib"):
             fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             continue
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)   # dropped, so reading charges it to this run
         while True:
             k = len(os.read(fd, 1 << 20))
             n += k
@@ -263,9 +262,27 @@ MEMFD_200MB = ("import os\nfds = [os.memfd_create('x') for _ in range(5)]\nfor f
                "        os.write(fd, b'x' * (1 << 20))\nprint(1)\n")
 
 
+def _drop_page_cache(top, most=400 << 20):
+    """Evict the cached pages of the files under `top` (up to `most` bytes of them), so that a run reading them
+    charges them to itself (a run may not evict them: the system-call filter)."""
+    n = 0
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                fd = os.open(os.path.join(d, f), os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            n += os.fstat(fd).st_size
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+            if n > most:
+                return
+
+
 def test_page_cache_charged_before_a_run_is_not_its_headroom(pool1):
     if not pool1.mode["memory_counted"]:
         pytest.skip("memory is not counted per run in this mode (declared)")
+    _drop_page_cache("/usr/lib")
     filler, hog = pool1.run([stdio(CACHE_FILLER, "1", time_limit_s=8.0, memory_limit_mb=1024),
                              stdio(MEMFD_200MB, "1", memory_limit_mb=128)])
     assert filler.verdict == "passed", filler.error
@@ -283,14 +300,20 @@ def test_memory_in_memfds_and_other_processes_counts(any_pool):
 
 
 # --- Modes and refusals -------------------------------------------------------------------------------------
-FULL = {"name": "full", "isolated": True, "cpu_counted": True, "memory_counted": True, "missing": []}
+FULL = {"name": "full", "isolated": True, "cpu_counted": True, "memory_counted": True, "own_budgets": True,
+        "stdlib": True, "missing": []}
 
 
 def test_the_mode_is_declared_json_and_matches_the_features(any_pool):
     mode = any_pool.mode
-    assert set(mode) == {"name", "isolated", "cpu_counted", "memory_counted", "memory_limit", "missing"}
+    assert set(mode) == {"name", "isolated", "cpu_counted", "memory_counted", "memory_limit", "own_budgets", "stdlib",
+                         "missing"}
     assert json.loads(json.dumps(mode)) == mode
-    assert len(mode["missing"]) == (not mode["isolated"]) + (not mode["cpu_counted"]) + (not mode["memory_counted"])
+    labels = {line.split(":")[0] for line in mode["missing"]}
+    assert ("isolation" in labels or "system-call filter" in labels) == (not mode["isolated"])
+    assert ("CPU per run" in labels) == (not mode["cpu_counted"])
+    assert ("memory per run" in labels or "system-call filter" in labels) == (not mode["memory_counted"])
+    assert ("standard library" in labels) == (not mode["stdlib"])
     assert mode["name"] == ("full" if not mode["missing"] else mode["name"])
     line = sb.mode_line(mode)
     assert line.startswith("sandbox: ") and "\n" not in line and mode["name"] in line
@@ -408,7 +431,8 @@ def test_v2_without_delegated_controllers_falls_back_and_says_so(fake_v2):
     st = sb._ServerState()
     sb._make_cgroups(st, ("0::/app.scope\n", f"30 25 0:26 / {fake_v2.parent} rw - cgroup2 cgroup2 rw\n"))
     assert st.cgroup is None and st.features["memory"] == "max_rss" and "Delegate=yes" in st.features["notes"][-1]
-    assert sb._mode(dict(st.features, minimal_root=True, run_namespaces=True, pid_ns=True, exposed=[]))["name"] == \
+    assert sb._mode(dict(st.features, minimal_root=True, run_namespaces=True, pid_ns=True, seccomp=True,
+                         exposed=[]))["name"] == \
         "no-cgroup"
 
 
