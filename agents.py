@@ -309,7 +309,6 @@ DROP_AT = 0.125
 def decode_n_tokens(model, fwd, tokenizer, logits, full_mask, positions, n_prompt, max_new_tokens,
                     eos_ids, pad_id, stop, temperature, generator, progress=None, drop_at=DROP_AT):
     """The decode loop: from the first logits (B, V), up to max_new_tokens steps -> ids, mask (B,T).
-
     full_mask (B, P + N): the prompt mask then ones (None: nothing is padded); step t attends to a
     view of its first P + t + 1 columns. drop_at: the share of finished rows at which they leave the
     decode batch (DROP_AT; None: never). The host reads each step's tokens (`_to_host`) once the
@@ -423,7 +422,6 @@ def sample(model, tokenizer, prompts, group_size=1, max_new_tokens=256, temperat
            generator=None, seed=None, eos_token_ids=None, keep_stop=False, progress=None,
            drop_finished=True):
     """Sample `group_size` completions for each prompt -> `Samples` (B = len(prompts) * group_size).
-
     prompts: non-empty, chat-formatted strings (`chat_prompt`). temperature 0 is greedy. stop:
     strings; a row stops after the token completing one.
     generator / seed: the torch.Generator for the draws (on the model's device), or a list of one
