@@ -27,6 +27,7 @@ output is tested equal to it); nanoGPT; Structured CoT (Li et al. 2023); Reflexi
 al. 2021). The CoRe-Code paper's prompts are not available: all are ours.
 """
 import ast
+import builtins
 import contextlib
 import dataclasses
 import inspect
@@ -726,6 +727,31 @@ def planner_prompt(tokenizer, problem):
     return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + plan_prefix(problem)
 
 
+# The reference planner (evaluate.py --method reference-plan): a plan written from the benchmark's
+# reference solution, to measure how much a plan known to be right can help the Coder (the ceiling
+# of what a trained Planner could give it). our choice of wording: the Planner's own format and
+# rules, the solution shown once, and every way of passing the program on forbidden; what the model
+# does anyway is stripped (strip_reference_plan).
+REFERENCE_PLAN_PROMPT = (
+    "{problem}\n\n"
+    "A correct solution:\n```python\n{reference}\n```\n\n"
+    "Write the Algorithmic Thought this solution follows, for a programmer who will not see it: "
+    "the method in plain English (what is computed, in which order, which cases are handled, what "
+    "the loops run over). Do not copy or quote code, and do not use the solution's variable "
+    "names: name only what the problem names.\n\n"
+    "No code. Stop after Loops."
+)
+
+
+def reference_plan_prompt(tokenizer, problem):
+    """Reference planner: problem + its reference solution -> Algorithmic Thought (pre-filled with
+    PLAN_PREFIX)."""
+    if not problem.reference.strip():
+        raise ValueError(f"{problem.id}: no reference solution (reference plans need one: MBPP)")
+    user = REFERENCE_PLAN_PROMPT.format(problem=problem_text(problem), reference=problem.reference)
+    return chat_prompt(tokenizer, PLANNER_SYSTEM, user) + PLAN_PREFIX
+
+
 def coder_prompt(tokenizer, problem, plan):
     """Coder: problem + plan -> one fenced program."""
     return _coder_answer(CODER_PROMPT, tokenizer, problem, plan=plan.strip() or "(no plan)")
@@ -982,6 +1008,76 @@ def clean_plan(text, prefix=PLAN_PREFIX):
         keep = itertools.takewhile(lambda line: line.strip() and not _AFTER_PLAN.match(line), tail[1:])
         plan = head + "\n".join([tail[0], *keep])
     return re.sub(r"\n{3,}", "\n\n", plan).strip()
+
+
+# Reference plans: what must not reach the Coder is the program. A plan line holding a line of the
+# reference counts as a copy when that line has at least this many characters, spaces ignored: our
+# choice, so "if x % 2 == 0:" inside a sentence is one and "else:" or "i += 1" are not.
+MIN_COPIED_CHARS = 8
+# A line's list / part decoration ("2. ", "- ", "Steps: 1.") is not part of what is checked.
+_DECORATION = re.compile(r"(?i)^[\s#>*\-]*(?:(?:\d+[.)]|[*_]*(?:" + "|".join(map(re.escape, PLAN_PARTS))
+                         + r")[*_]*:)\s*)*")
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+
+
+def is_statement(text):
+    """Whether `text` parses as Python code (a block header such as "for x in xs:" counts, colon or
+    not), other than a lone name or constant ("n", "None", "nums.sort" read as words in a plan)."""
+    text = text.strip()
+    for source in (text, text + "\n    pass", text + ":\n    pass"):
+        if text and _parses(source):
+            body = ast.parse(source).body
+            lone = (ast.Name, ast.Constant, ast.Attribute)
+            return not (len(body) == 1 and isinstance(body[0], ast.Expr)
+                        and isinstance(body[0].value, lone))
+    return False
+
+
+def _without_code_spans(line):
+    """(line without its backticked spans that are statements, how many were removed)."""
+    spans = _BACKTICKED.findall(line)
+    code = [span for span in spans if is_statement(span)]
+    for span in code:
+        line = line.replace(f"`{span}`", "", 1)
+    return line, len(code)
+
+
+def strip_reference_plan(text, reference):
+    """A reference planner's completion (pre-fill included) -> (plan, lines and spans removed).
+    Removed: code blocks, backticked spans and lines that parse as Python statements (is_statement),
+    lines that copy a line of the reference (MIN_COPIED_CHARS); then clean_plan ends the plan after
+    its Loops part. Identifiers are reported, not removed (reference_leaks)."""
+    copies = {re.sub(r"\s+", "", line) for line in reference.splitlines()}
+    copies = {c for c in copies if len(c) >= MIN_COPIED_CHARS and not c.startswith("def")}
+    kept, removed = [], 0
+    for seg in _segments(text):
+        if not isinstance(seg, str):
+            removed += len(seg[1])  # a fenced block: the rules say no code blocks
+            continue
+        line, spans = _without_code_spans(seg)
+        removed += spans
+        squeezed = re.sub(r"\s+", "", line)
+        if is_statement(_DECORATION.sub("", line)) or any(c in squeezed for c in copies):
+            removed += 1
+            label = _LABEL.match(line)  # the part goes on: "Steps: 1. x = 0" leaves "Steps:"
+            if label:
+                kept.append(label.group(0).strip())
+            continue
+        kept.append(line)
+    return clean_plan("\n".join(kept)), removed
+
+
+def reference_leaks(plan, problem):
+    """The identifiers of the problem's reference solution (names and arguments) that the plan
+    names (whole words) and the problem does not (its statement and shown tests): a plan passing on
+    the program's own names. A local like `res` is a weak leak; reported, never stripped."""
+    if not _parses(problem.reference):
+        return []
+    nodes = list(ast.walk(ast.parse(problem.reference)))
+    names = {n.id for n in nodes if isinstance(n, ast.Name)} | {
+        n.arg for n in nodes if isinstance(n, ast.arg)}
+    names -= set(re.findall(r"\w+", problem_text(problem))) | set(dir(builtins))
+    return sorted(n for n in names if len(n) > 1 and re.search(rf"\b{re.escape(n)}\b", plan))
 
 
 # A copied format placeholder: "<...>" or "<" lowercase words with a space ">" ("<first step>",
@@ -1539,19 +1635,21 @@ def run_chain(team, chain, problems, ctxs=None, generator=None, show=lambda text
 @dataclass
 class Attempt:
     """One candidate program for one problem."""
-    program: str  # extracted code ("" when the completion had none)
-    raw: str  # the coder's raw completion
+    program: str = ""  # extracted code ("" when the completion had none)
+    raw: str = ""  # the coder's raw completion
     # The plan it came from (planner-coder: the Planner's; a control's text; CoT / SCoT: the
     # reasoning).
     plan: str = ""
     plan_truncated: bool = False  # the Planner's completion reached its token limit
     rounds: int = 0  # Reflexion / MapCoder debugging rounds used to reach this program
+    # Reference plans: lines and code spans stripped, the reference's identifiers it names.
+    plan_stripped: int = 0
+    plan_leaks: list = field(default_factory=list)
 
 
 def attempt(ctx):
-    """The Attempt a chain's leaf context holds."""
-    return Attempt(ctx.get("program", ""), ctx.get("raw", ""), ctx.get("plan", ""),
-                   ctx.get("plan_truncated", False), ctx.get("rounds", 0))
+    """The Attempt a chain's leaf context holds (its entries of the same names)."""
+    return Attempt(**{f.name: ctx[f.name] for f in dataclasses.fields(Attempt) if f.name in ctx})
 
 
 def problem_job(problem, program, cases, repeat=1, stop_on_failure=False):
@@ -1731,6 +1829,15 @@ def _planner_parse(text, problem, ctx):
     return {"plan": plan, "confidence": confidence}
 
 
+def _reference_prompt(tok, problem, ctx):
+    return reference_plan_prompt(tok, problem)
+
+
+def _reference_parse(text, problem, ctx):
+    plan, removed = strip_reference_plan(PLAN_PREFIX + text, problem.reference)
+    return {"plan": plan, "plan_stripped": removed, "plan_leaks": reference_leaks(plan, problem)}
+
+
 def _coder_prompt(tok, problem, ctx):
     """With a plan (a Planner's, or a control's text) the Coder codes from it; without one,
     directly."""
@@ -1760,6 +1867,9 @@ def _debugger_prompt(tok, problem, ctx):
 ROLES = {
     "retriever": Role(_retriever_prompt, _retriever_parse, stop=_retriever_stop),
     "planner": Role(_planner_prompt, _planner_parse, limit="plan", stop=PLANNER_STOP),
+    # A plan written from the reference solution (evaluate.py's reference-plan), stripped of code.
+    "reference-planner": Role(_reference_prompt, _reference_parse, limit="plan", stop=PLANNER_STOP,
+                              adapter="planner"),
     "coder": Role(_coder_prompt, _program),
     # CoT and SCoT: the Coder reasons, then codes, in one answer
     # (REASONING_PROMPTS[ctx["template"]]).

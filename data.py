@@ -69,6 +69,10 @@ class Problem:
     # time_factor).
     time_limit_s: float = 4.0
     memory_limit_mb: int = 1024
+    # The benchmark's reference solution (MBPP's `code`), for reference plans only: no role sees it
+    # unless evaluate.py's reference-plan method is asked for; train.py clears it on held-out
+    # problems.
+    reference: str = ""
 
 
 # ---- Shared: reading records, validating cases, the loop every loader runs, finding the file ---
@@ -308,7 +312,8 @@ def _mbpp_problem(rec, challenge):
         # The first test is shown in the prompt (standard MBPP prompting) so the model learns the
         # function's name and signature; scoring still uses every test, that one included.
         public_tests=tests[:1], hidden_tests=tests, setup=setup,
-        entry_point=entry_point_from_test(tests[0], code=rec.get("code") or "", setup=setup))
+        entry_point=entry_point_from_test(tests[0], code=rec.get("code") or "", setup=setup),
+        reference=(rec.get("code") or "").replace("\r\n", "\n"))
 
 
 def _mbpp_overlap_keys(rec):

@@ -72,6 +72,9 @@ METHODS = {
     "restatement": Method(plan="control"),
     "other-plan": Method(plan="other"),
     "given-plan": Method(plan="given"),
+    # The ceiling: plans written from the reference solution, stripped of code (agents.py's
+    # reference planner; MBPP). Its <row>.jsonl is what given-plan --plans-from reads.
+    "reference-plan": Method(chain=("reference-planner", "coder")),
     "reflexion": Method(loop=agents.reflexion),
     "mapcoder": Method(loop=agents.mapcoder),
 }
@@ -83,7 +86,7 @@ METHODS = {
 # only plan information > 0 shows plans that inform the Coder.
 PLAN_CONTROLS = ("content-free-plan", "generic-plan", "restatement")
 CONTROLS = (*PLAN_CONTROLS, "other-plan")
-OWN_PLANS = ("planner-coder", "given-plan")
+OWN_PLANS = ("planner-coder", "given-plan", "reference-plan")
 
 # The generic control: one fixed plan of planning jargon that passes the format gate (gate label
 # "ok") but names nothing of any problem. A text rule cannot tell it from a plan (its words are not
@@ -117,7 +120,8 @@ DEFAULT_METHODS = ("direct", "planner-coder", *PLAN_CONTROLS)
 
 # Collaboration Gain: a method with a helper agent -> the same Coder without it, on the same
 # problems.
-CG_BASELINE = {"planner-coder": "direct", "given-plan": "direct", "mapcoder": "direct"}
+CG_BASELINE = {"planner-coder": "direct", "given-plan": "direct", "reference-plan": "direct",
+               "mapcoder": "direct"}
 
 
 
@@ -197,6 +201,7 @@ def sample_record(attempt, result) -> dict:
     return {
         "program": attempt.program, "raw": attempt.raw, "plan": attempt.plan,
         "plan_truncated": attempt.plan_truncated, "rounds": attempt.rounds,
+        "plan_stripped": attempt.plan_stripped, "plan_leaks": attempt.plan_leaks,
         "verdict": result.verdict, "passed": result.passed, "total": result.total,
         "pass_rate": result.pass_rate, "cpu_ms": 1000.0 * result.cpu_s,
         "peak_mb": result.peak_bytes / 2**20,  # MiB, as ru_maxrss-based tools print
@@ -234,6 +239,10 @@ def method_metrics(records: list, n: int) -> dict:
     samples = [s for r in records for s in r["samples"] if s.get("plan")]
     truncated = [bool(s.get("plan_truncated")) for s in samples]
     out.update(agents.plan_stats([s["plan"] for s in samples], truncated))
+    stripped = [s.get("plan_stripped", 0) for s in samples]
+    if any(stripped) or any(s.get("plan_leaks") for s in samples):  # reference plans
+        out.update(plans_stripped=sum(map(bool, stripped)), lines_stripped=sum(stripped),
+                   plans_leaking=sum(bool(s.get("plan_leaks")) for s in samples))
     return out
 
 
@@ -618,8 +627,8 @@ def parse_args(argv=None):
     if "given-plan" in args.method and not args.plans_from:
         p.error("--method given-plan needs --plans-from FILE (the <row>.jsonl of a run whose "
                 "samples carry plans)")
-    if "all" in args.method:
-        args.method = list(METHODS)
+    if "all" in args.method:  # the evaluation methods: reference-plan reads the solution
+        args.method = [m for m in METHODS if m != "reference-plan"]
     args.method = list(dict.fromkeys(args.method))
     if not args.plans_from:
         args.method = [m for m in args.method if m != "given-plan"]  # 'all' without plans to give
@@ -686,6 +695,10 @@ def check_evaluation(args) -> tuple:
     if "other-plan" in args.method and len(problems) < 2:
         raise UsageError("other-plan swaps plans between problems: it needs at least 2 (raise "
                          "--limit)")
+    unreferenced = [p.id for p in problems if not p.reference.strip()]
+    if "reference-plan" in args.method and unreferenced:
+        raise UsageError(f"reference-plan writes plans from the reference solution, and "
+                         f"{unreferenced[0]} has none ({args.bench} ships none: use mbpp)")
     given = None
     if "given-plan" in args.method:
         given = load_given_plans(args.plans_from, problems, args.n)

@@ -37,6 +37,7 @@ References: DeepSeekMath (GRPO, arXiv:2402.03300); the CoRe-Code paper (the meth
 nanochat's chat_rl.py (the script's shape); TRL's GRPOTrainer (the loss our tests compare with).
 """
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -781,6 +782,8 @@ def load_data(args):
     except (FileNotFoundError, ValueError, KeyError) as e:
         raise UsageError(str(e)) from None
     train_set = judged_in_parent(train_set)
+    # Training never reads a held-out reference solution, nor so a plan written from one.
+    eval_set = [dataclasses.replace(p, reference="") for p in eval_set]
     if not train_set:
         raise UsageError(f"no training problems in {args.bench} split {args.split!r}")
     return train_set, eval_set

@@ -668,3 +668,61 @@ def test_each_role_gets_its_token_limit(tiny, role, limits):
     t = team(tiny, max_new_tokens=7, plan_max_new_tokens=5)
     expected = sum({"plan": 5, "code": 7}[part] for part in limits.split("+"))
     assert roles.token_limit(t, roles.ROLES[role].limit) == expected
+
+
+# ---- Reference plans: written from the reference solution, stripped of the program ------------------
+
+REFERENCE = "def add_evens(nums):\n    total = 0\n    for x in nums:\n        if x % 2 == 0:\n            total += x\n    return total\n"
+
+
+def reference_problem():
+    return Problem(id="mbpp/9001", bench="mbpp", statement="Write a function to add the even numbers of a list.",
+                   kind="assert", public_tests=["assert add_evens([1, 2, 4]) == 6"],
+                   hidden_tests=["assert add_evens([1, 2, 4]) == 6"], entry_point="add_evens", reference=REFERENCE)
+
+
+def test_is_statement_tells_code_from_plan_words():
+    code = ["total = 0", "for x in nums:", "for x in nums", "return total", "total += x", "nums.sort()"]
+    words = ["Sum the even numbers.", "n", "None", "If the list is empty, return 0.", "", "Return the total."]
+    assert all(roles.is_statement(t) for t in code)
+    assert not any(roles.is_statement(t) for t in words)
+
+
+def test_a_reference_plan_loses_its_code_lines_spans_blocks_and_copied_lines():
+    text = ("Input/Output: a list of integers; their even sum.\n"
+            "Steps: 1. Start a running sum at zero.\n"
+            "2. total = 0\n"                                      # a statement, numbered
+            "3. Add each even number: `total += x`, keep `nums` as given.\n"  # a statement span, a word span
+            "4. check if x % 2 == 0: then add it\n"               # copies a reference line
+            "```python\nreturn total\n```\n"                      # a code block
+            "Conditions: an empty list gives 0.\n"
+            "Loops: one pass over the list.")
+    plan, removed = roles.strip_reference_plan(text, REFERENCE)
+    assert plan == ("Input/Output: a list of integers; their even sum.\n"
+                    "Steps: 1. Start a running sum at zero.\n"
+                    "3. Add each even number: , keep `nums` as given.\n"
+                    "Conditions: an empty list gives 0.\n"
+                    "Loops: one pass over the list.")
+    assert removed == 4  # the statement line, the span, the copied line, the block's one line
+
+
+def test_reference_leaks_are_the_solutions_names_the_problem_does_not_show():
+    problem = reference_problem()
+    plan = "Steps: 1. Keep a total. 2. For each x in nums add it when even (add_evens, sum)."
+    # add_evens is shown by the problem's test, sum is a builtin, x is one letter; nums and total
+    # are the solution's own names
+    assert roles.reference_leaks(plan, problem) == ["nums", "total"]
+    assert roles.reference_leaks("Steps: 1. Keep a running sum.", problem) == []
+
+
+def test_the_reference_planner_is_shown_the_solution_and_its_plan_is_stripped(tiny_model_dir):
+    model, tok = roles.load_model(tiny_model_dir, dtype="float32")
+    role = roles.ROLES["reference-planner"]
+    problem = reference_problem()
+    assert REFERENCE.strip() in role.prompt(tok, problem, {})
+    out = role.parse(" a list; its even sum.\nSteps: 1. total = 0\n2. Keep a total of the evens.\n"
+                     "Loops: over the list.", problem, {})
+    assert out == {"plan": "Input/Output: a list; its even sum.\nSteps:\n2. Keep a total of the evens.\n"
+                           "Loops: over the list.", "plan_stripped": 1, "plan_leaks": ["total"]}
+    with pytest.raises(ValueError, match="no reference solution"):
+        role.prompt(tok, roles.dataclasses.replace(problem, reference=""), {})

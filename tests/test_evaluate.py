@@ -200,9 +200,9 @@ def test_method_all_exits_0_and_writes_every_method(all_run):
     assert rc == 0
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
-    # 'all' = every method but given-plan, which needs --plans-from
-    assert set(summary) == set(evaluate.METHODS) - {"given-plan"} | {"sandbox"}
-    for method in set(evaluate.METHODS) - {"given-plan"}:
+    # 'all' = every method but given-plan, which needs --plans-from, and reference-plan (the ceiling)
+    assert set(summary) == set(evaluate.METHODS) - {"given-plan", "reference-plan"} | {"sandbox"}
+    for method in set(evaluate.METHODS) - {"given-plan", "reference-plan"}:
         with open(os.path.join(out, f"{method}.jsonl")) as f:
             lines = [json.loads(line) for line in f]
         assert [len(r["samples"]) for r in lines] == [1, 1]
@@ -220,12 +220,13 @@ def test_summary_has_the_promised_keys(all_run):
         assert "pass@5" not in metrics  # n = 1
     assert "cg" in summary["planner-coder"] and "plan_info" in summary["planner-coder"]
     with open(os.path.join(out, "args.json")) as f:
-        assert json.load(f)["method"] == [m for m in evaluate.METHODS if m != "given-plan"]  # 'all' resolved
+        resolved = [m for m in evaluate.METHODS if m not in ("given-plan", "reference-plan")]
+        assert json.load(f)["method"] == resolved  # 'all' resolved
 
 
 def test_resume_skips_done_problems_without_generating(all_run, capsys, monkeypatch):
     argv, out, _ = all_run
-    rows = set(evaluate.METHODS) - {"given-plan"}
+    rows = set(evaluate.METHODS) - {"given-plan", "reference-plan"}
     before = {m: open(os.path.join(out, f"{m}.jsonl")).read() for m in rows}
     capsys.readouterr()
 
@@ -274,6 +275,33 @@ def test_given_plan_codes_from_the_plans_of_another_run(tiny_model_dir, mbpp_pat
     with open(tmp_path / "b" / "summary.json") as f:
         row = json.load(f)["given-plan"]
     assert row["plan_info_vs"] == "content-free-plan"
+
+
+def test_reference_plans_are_a_row_given_plan_reads(tiny_model_dir, mbpp_path, tmp_path):
+    base = FAST + ["--model", tiny_model_dir, "--data", mbpp_path]
+    assert evaluate.main(base + ["--method", "reference-plan", "direct", "--out", str(tmp_path / "a")]) == 0
+    src = tmp_path / "a" / "reference-plan.jsonl"
+    samples = [s for r in evaluate.read_records(str(src)) for s in r["samples"]]
+    assert len(samples) == 2 and all(s["plan"].startswith("Input/Output:") for s in samples)
+    assert all(isinstance(s["plan_stripped"], int) and isinstance(s["plan_leaks"], list) for s in samples)
+    with open(tmp_path / "a" / "summary.json") as f:
+        assert json.load(f)["reference-plan"]["cg_vs"] == "direct"
+    assert evaluate.main(base + ["--method", "given-plan", "--plans-from", str(src), "--out",
+                                 str(tmp_path / "b")]) == 0
+    given = evaluate.read_records(str(tmp_path / "b" / "given-plan.jsonl"))
+    assert [s["plan"] for r in given for s in r["samples"]] == [s["plan"] for s in samples]
+
+
+def test_reference_plan_without_reference_solutions_is_one_error_line(tiny_model_dir, tmp_path, capsys,
+                                                                      monkeypatch):
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text(json.dumps({"task_id": 11, "text": "Add one.", "test_list": ["assert f(1) == 2"]}) + "\n")
+    monkeypatch.setattr(evaluate.agents, "load_model", lambda *a, **k: 1 / 0)
+    argv = FAST + ["--method", "reference-plan", "--model", tiny_model_dir, "--data", str(path),
+                   "--split", "all", "--out", str(tmp_path / "out")]
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "reference solution" in err and "mbpp/11" in err and "\n" not in err
 
 
 @pytest.mark.parametrize("case, says", [
@@ -379,15 +407,13 @@ def test_default_out_dir_without_and_with_adapters(tiny_model_dir, mbpp_path, tm
 
 def test_canonical_solutions_pass_and_wrong_programs_fail(tiny_model_dir, mbpp_path, tmp_path, monkeypatch):
     """Scoring wiring (Job fields, verdicts, metrics): MBPP's own solutions pass, a wrong one does not."""
-    import types
-
     with open(mbpp_path) as f:
         code = {f"mbpp/{r['task_id']}": r["code"] for r in map(json.loads, f)}
 
     def fake_run_method(team, method, problems, n, **_):
         # Sample 0: the reference solution; sample 1: a program that defines nothing.
-        return [[types.SimpleNamespace(program=code[p.id], raw="", plan="", rounds=0, plan_truncated=False),
-                 types.SimpleNamespace(program="pass", raw="", plan="", rounds=0, plan_truncated=False)] for p in problems]
+        return [[evaluate.agents.Attempt(program=code[p.id]), evaluate.agents.Attempt(program="pass")]
+                for p in problems]
 
     monkeypatch.setattr(evaluate, "run_method", fake_run_method)
     # A later flag wins in argparse: -n 2 and --temperature 0.8 override FAST's -n 1 and greedy.
@@ -489,7 +515,6 @@ def test_bad_bench_option_is_one_error_line_naming_the_options(tiny_model_dir, m
 
 
 def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_path, monkeypatch):
-    import types
     jobs, real = [], evaluate.agents.problem_job
 
     def spy(*a, **kw):
@@ -497,7 +522,7 @@ def test_bench_options_and_stop_on_failure_reach_the_jobs(tiny_model_dir, tmp_pa
         return jobs[-1]
     monkeypatch.setattr(evaluate.agents, "problem_job", spy)
     monkeypatch.setattr(evaluate, "run_method", lambda team, method, problems, n, **_: [
-        [types.SimpleNamespace(program="print(3)", raw="", plan="", rounds=0, plan_truncated=False)] for _ in problems])
+        [evaluate.agents.Attempt(program="print(3)")] for _ in problems])
     fixture = os.path.join(ROOT, "tests", "fixtures", "codeforces.jsonl")
     assert evaluate.main(["--bench", "codeforces", "--data", fixture, "--method", "direct", "--dtype", "float32",
                           "--model", tiny_model_dir, "--bench-option", "time_factor=2", "--stop-on-failure",

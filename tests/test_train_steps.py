@@ -178,3 +178,14 @@ def test_curves_png_is_drawn_from_metrics_jsonl(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     train.plot_curves(str(tmp_path))
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_training_never_holds_a_held_out_problems_reference_solution(mbpp_path):
+    # Reference plans are written from the reference solution: with none on the held-out problems,
+    # no role of a training run can read one there, nor a plan made from one.
+    args = args_of("planner", "--data", mbpp_path, "--limit", "3", "--eval-limit", "3")
+    args.bench_kwargs = {}
+    train_set, eval_set = train.load_data(args)
+    assert all(p.reference for p in train_set)
+    assert eval_set and not any(p.reference for p in eval_set)
+    assert all("reference-planner" not in stage["chain"] for stage in train.STAGES.values())
