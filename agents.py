@@ -5,10 +5,10 @@ Sections, in reading order:
   1. Loading: `load_model`, a local HF model directory or a hub id -> (model, tokenizer).
   2. Sampling: `sample`, a batched KV-cache sampler in gpt-fast's shape (prefill, decode_one_token,
      decode_n_tokens): each prompt is prefilled once and its cache copied to its G group rows; all
-     rows decode together (per-row stops, temperature / top-k / top-p, seeded generators). Two
+     rows decode together (per-row stops, temperature, seeded generators). Two
      speed paths stand beside it, each with its benchmark figure: PACKED_SDPA and DROP_AT.
   3. Roles: the prompt of each role (the Planner's one prompt, Coder, CoT, SCoT, repair; MapCoder's
-     Retriever, Planner and Debugger).
+     Retriever, Planner and Debugger; the reference planner, which writes a plan from the solution).
   4. Extraction: completion -> plan (`clean_plan`) and its gate label (`gate_label`), program
      (`extract_code`), retrieval, confidence.
   5. Chains: a `Team` of agents, `run_chain` (roles one after another, one `sample` call per role),
