@@ -58,8 +58,8 @@ import data
 import grpo
 import rewards
 import sandbox
-from evaluate import (UsageError, at_least, check_inputs, cli, held_out_eval, open_team, parser,
-                      progress)
+from evaluate import (UsageError, at_least, check_inputs, cli, held_out_eval, load_given_plans,
+                      open_team, parser, progress)
 
 # -------------------------------------------------------------------------------------------------
 # Settings nobody changed between runs: named constants (our choices); the rest are flags below.
@@ -130,6 +130,10 @@ def get_args(argv=None):
     p.add_argument("--allow-held-out-split", action="store_true",
                    help="allow training on a split other than train, or choosing checkpoints on "
                         "test")
+    p.add_argument("--plans-from", metavar="FILE",
+                   help="stage coder: the Coder writes from these plans instead of the Planner's: "
+                        "an evaluate.py <row>.jsonl with one plan per training problem (e.g. "
+                        "--method reference-plan --split train)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     args = p.parse_args(argv)
     args.out = args.out or os.path.join("runs", args.stage or "")
@@ -204,8 +208,12 @@ def sample(state, problems, generators, m):
     args, stage = state.args, STAGES[state.args.stage]
     t0 = time.time()
     chain = stage_chain(args)
-    at = [role for role, _, _ in chain].index(stage["train"])
     starts = [{"k": agents.MAPCODER_K} for _ in problems]
+    if state.plans:  # --plans-from: the Coder writes from the given plans; no Planner samples
+        chain = [link for link in chain if link[0] != "planner"]
+        for ctx, p in zip(starts, problems):
+            ctx["plan"], ctx["plan_truncated"] = state.plans[p.id]
+    at = [role for role, _, _ in chain].index(stage["train"])
     probs, ctxs, _ = agents.run_chain(state.team, chain[:at], problems, starts, list(generators),
                                       show=state.show)
     if stage.get("needs_public_failure"):
@@ -480,6 +488,7 @@ class State:
     optimizer: object
     scheduler: object
     device: object
+    plans: dict                  # --plans-from: {problem id: (plan, truncated)}; else {}
     bar: object = None           # the progress bar (disabled off a terminal)
     show: object = None          # show(text): where the step in flight is (evaluate.progress)
     t_start: float = 0.0         # when this process began its first step, and which step that was
@@ -501,6 +510,9 @@ def set_up(args, team):
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     train_set, eval_set = load_data(args)
+    plans = {}
+    if args.plans_from:  # one plan per training problem, or one UsageError line
+        plans = {i: ps[0] for i, ps in load_given_plans(args.plans_from, train_set, 1).items()}
     model = team.model
     if role not in team.adapters:
         grpo.add_lora(model, role, r=LORA_R, alpha=LORA_ALPHA, dropout=0.0, targets=LORA_TARGETS)
@@ -518,7 +530,8 @@ def set_up(args, team):
     warmup = max(1, args.warmup_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
     device = next(model.parameters()).device
-    state = State(args, team, train_set, eval_set, model, params, optimizer, scheduler, device)
+    state = State(args, team, train_set, eval_set, model, params, optimizer, scheduler, device,
+                  plans)
     start = resume_or_start(state)
     # disable=None: the bar only on a terminal; in a log file the step lines and a phase line a
     # minute.
@@ -691,6 +704,8 @@ def header(state, start):
              f"held-out eval: {len(state.eval_set)} {args.eval_split} problems, every "
              f"{args.eval_every or '-'} steps", f"run directory {args.out} (args.json)"]
     parts += [f"adapter {r}={d}" for r, d in sorted(args.adapters.items()) if d]
+    if args.plans_from:
+        parts.append(f"the Coder's plans from {args.plans_from} (no Planner samples)")
     lines = [" | ".join(parts), sandbox.mode_line(state.team.pool.mode)]
     if STAGES[args.stage]["reward"] == "planner":
         lines.append("reward: pass rate, then CPU time against the group's median all-passing "
@@ -797,10 +812,11 @@ def judged_in_parent(problems):
 
 # Flags a resumed run may change: how long it runs, where and how often it reports, and memory for
 # time (--micro-batch, --grad-ckpt: the same gradient up to summation order), not what it learns.
-# Every other setting must equal the checkpointed run's (settings.json).
+# Every other setting must equal the checkpointed run's (settings.json); for --plans-from that is
+# the file's content (its digest), wherever it lies.
 RESUME_MAY_CHANGE = {"resume", "num_steps", "out", "workers", "device", "eval_every", "eval_limit",
                      "adapter", "bench_kwargs", "micro_batch", "grad_ckpt", "allow_unisolated",
-                     "allow_uncounted"}
+                     "allow_uncounted", "plans_from"}
 
 
 def check_args(args):
@@ -817,9 +833,14 @@ def check_args(args):
         # here.
         raise UsageError(f"--dtype {args.dtype} gives float16 on {args.device}: training in fp16 "
                          "needs loss scaling, which train.py does not do; use bfloat16 or float32")
+    if args.plans_from and args.stage != "coder":
+        raise UsageError(f"--plans-from is read by --stage coder only (not {args.stage})")
+    if args.plans_from and not os.path.isfile(args.plans_from):
+        raise UsageError(f"--plans-from {args.plans_from}: no such file; pass a <row>.jsonl with "
+                         "plans (evaluate.py --method reference-plan --split train)")
     keys = [k for k in vars(args) if k not in RESUME_MAY_CHANGE]
     args.settings = check_inputs(args, args.out, keys, "checkpoints" if args.resume else "")
-    if args.stage == "coder" and "planner" not in args.adapters:
+    if args.stage == "coder" and "planner" not in args.adapters and not args.plans_from:
         args.adapters["planner"] = os.path.join("runs", "planner", "final", "planner")
         if not os.path.isdir(args.adapters["planner"]):
             raise UsageError(f"stage coder needs the trained Planner: no adapter at "

@@ -360,3 +360,44 @@ def test_the_direct_stage_samples_from_the_direct_prompt_evaluation_uses(tiny_mo
     problems = train.data.load("mbpp", path=mbpp_path, split="train", limit=4)
     assert prompts and set(prompts) <= {agents.direct_prompt(tokenizer, p) for p in problems}
     assert all("Input/Output: as in the problem:" in p for p in prompts)
+
+
+def plans_file(path, problems, plan="Steps: 1. Return the answer the tests ask for."):
+    with open(path, "w") as f:
+        for p in problems:
+            f.write(json.dumps({"id": p.id, "samples": [{"plan": f"{plan} ({p.id})"}]}) + "\n")
+    return str(path)
+
+
+def test_the_coder_stage_with_given_plans_writes_from_them_without_a_planner(tiny_model_dir, mbpp_path, tmp_path,
+                                                                            monkeypatch):
+    # The Coder branch of the plan ceiling: stage 2 from (problem, reference plan) pairs of the train split.
+    prompts, real = [], agents.sample
+
+    def spy(model, tokenizer, texts, *a, **kw):
+        prompts.extend(texts)
+        return real(model, tokenizer, texts, *a, **kw)
+
+    monkeypatch.chdir(tmp_path)  # no runs/planner/final here: none is needed
+    monkeypatch.setattr(agents, "sample", spy)
+    problems = train.data.load("mbpp", path=mbpp_path, split="train", limit=4)
+    plans = plans_file(tmp_path / "plans.jsonl", problems)
+    train.main(small(tiny_model_dir, tmp_path / "c", "coder", mbpp_path, steps=1,
+                     extra=("--eval-every", "0", "--plans-from", plans)))
+    tokenizer = agents.load_model(tiny_model_dir, device="cpu", dtype="float32")[1]
+    given = {agents.coder_prompt(tokenizer, p, f"Steps: 1. Return the answer the tests ask for. ({p.id})")
+             for p in problems}
+    assert prompts and set(prompts) <= given
+    assert json.load(open(tmp_path / "c" / "settings.json"))["plans_digest"] == evaluate.digest(plans)
+
+
+@pytest.mark.parametrize("stage, what", [("planner", "--stage coder only"), ("coder", "has 0 plans")])
+def test_given_plans_outside_the_coder_stage_or_missing_a_problem_are_one_error_line(tiny_model_dir, mbpp_path,
+                                                                                    tmp_path, capsys, stage, what):
+    problems = train.data.load("mbpp", path=mbpp_path, split="train", limit=3)  # the run reads 4
+    plans = plans_file(tmp_path / "plans.jsonl", problems)
+    with pytest.raises(SystemExit) as e:
+        train.main(small(tiny_model_dir, tmp_path / "c", stage, mbpp_path, steps=1,
+                         extra=("--eval-every", "0", "--plans-from", plans)))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and what in err and len(err.strip().splitlines()) == 1, err

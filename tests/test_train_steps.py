@@ -46,7 +46,7 @@ def test_a_rollout_row_carries_its_problem_text_plan_and_its_m_programs(tiny):
     args = args_of("planner", "--group-size", "2", "--downstream-samples", "2", "--max-new-tokens", "8",
                    "--plan-max-new-tokens", "8")
     team = agents.Team(model, tok, max_new_tokens=8, plan_max_new_tokens=8)
-    state = types.SimpleNamespace(args=args, team=team, show=lambda text: None)
+    state = types.SimpleNamespace(args=args, team=team, plans={}, show=lambda text: None)
     problems = [problem(0), problem(1)]
     gens = [torch.Generator().manual_seed(i) for i in range(2)]
     rollouts, samples = train.sample(state, problems, gens, {})
@@ -58,6 +58,20 @@ def test_a_rollout_row_carries_its_problem_text_plan_and_its_m_programs(tiny):
         assert r.plan == agents.clean_plan(r.text, agents.plan_prefix(r.problem))
     assert [r.length for r in rollouts] == samples.completion_mask.sum(1).tolist()
 
+
+
+def test_given_plans_replace_the_planner_in_the_coder_stage(tiny):
+    # --plans-from: the chain has no Planner, and each rollout's Coder wrote from its problem's plan
+    model, tok = tiny
+    args = args_of("coder", "--group-size", "2", "--max-new-tokens", "8", "--plan-max-new-tokens", "8")
+    team = agents.Team(model, tok, max_new_tokens=8, plan_max_new_tokens=8)
+    plans = {"mbpp/600": ("Steps: 1. add zero.", False), "mbpp/601": ("Steps: 1. add one.", True)}
+    state = types.SimpleNamespace(args=args, team=team, plans=plans, show=lambda text: None)
+    gens = [torch.Generator().manual_seed(i) for i in range(2)]
+    rollouts, samples = train.sample(state, [problem(0), problem(1)], gens, {})
+    assert [(r.plan, r.plan_truncated) for r in rollouts] == [plans["mbpp/600"]] * 2 + [plans["mbpp/601"]] * 2
+    assert [r.text for r in rollouts] == samples.texts  # the trained role's samples are the Coder's
+    assert all(r.programs == [agents.extract_code(r.text, "assert", "add")] for r in rollouts)
 
 def result(pass_rate, cpu_s=0.01, peak=1 << 20):
     return types.SimpleNamespace(pass_rate=pass_rate, cpu_s=cpu_s, peak_bytes=peak,
